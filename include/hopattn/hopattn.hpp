@@ -1,0 +1,84 @@
+// hopattn public C++ API: exact attention O = softmax(scale * Q K^T) V for NVIDIA Hopper (sm_90a),
+// plus a CPU reference backend with the same arguments. Callers own every buffer and the stream;
+// nothing here allocates device memory or synchronises the host on the forward path.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+typedef struct CUstream_st* cudaStream_t;  // avoids pulling cuda_runtime.h into user code
+
+namespace hopattn {
+
+enum class Status : int {
+  kSuccess = 0,
+  kInvalidArgument = 1,    // a shape, stride, pointer or value is wrong; the message names it
+  kUnsupported = 2,        // valid attention, but not built or not implemented (head dim, dtype)
+  kUnsupportedDevice = 3,  // no CUDA device, or not a Hopper (sm_90) one
+  kCudaError = 4,          // a CUDA call or launch failed; the message holds cudaGetErrorString
+};
+
+enum class DType : int {
+  kBF16 = 0,
+  kFP16 = 1,
+  kFP32 = 2,  // accepted by the CPU reference only (numpy has no bf16)
+};
+
+const char* dtype_name(DType t);
+std::size_t dtype_size(DType t);
+
+// A strided view of up to 4 dimensions. Sizes and strides are in elements; strides may be any
+// non-negative values for the leading dims, but the last dim must be contiguous (stride 1).
+struct TensorRef {
+  void* data = nullptr;
+  DType dtype = DType::kBF16;
+  int ndim = 0;
+  int64_t sizes[4] = {0, 0, 0, 0};
+  int64_t strides[4] = {0, 0, 0, 0};
+};
+
+// A contiguous (row-major) view; the usual way to describe a freshly allocated tensor.
+TensorRef make_tensor(void* data, DType dtype, int64_t d0, int64_t d1, int64_t d2, int64_t d3);
+TensorRef make_tensor(void* data, DType dtype, int64_t d0, int64_t d1, int64_t d2);
+
+struct ForwardArgs {
+  TensorRef q;    // (batch, seqlen_q, heads_q, head_dim)
+  TensorRef k;    // (batch, seqlen_k, heads_kv, head_dim); heads_q % heads_kv == 0 (GQA/MQA)
+  TensorRef v;    // (batch, seqlen_k, heads_kv, head_dim)
+  TensorRef out;  // (batch, seqlen_q, heads_q, head_dim), same dtype as q
+  // (batch, heads_q, seqlen_q) fp32, contiguous; natural-log sum of exp of scaled scores.
+  // Optional: leave lse.data null to skip it. A row that sees no key gets -inf (and zeros in out).
+  TensorRef lse;
+  bool causal = false;  // bottom-right aligned: query i sees keys j <= i + seqlen_k - seqlen_q
+  std::optional<float> softmax_scale;  // default 1/sqrt(head_dim); must be finite and > 0
+};
+
+struct Result {
+  Status status = Status::kSuccess;
+  std::string message;  // empty on success; otherwise names the offending argument
+  bool ok() const { return status == Status::kSuccess; }
+};
+
+// Hopper forward pass on device memory, enqueued on `stream`. Returns at once (asynchronous).
+Result forward(const ForwardArgs& args, cudaStream_t stream = nullptr);
+
+// Bytes of scratch the forward pass needs (0 today); reserved so callers can plan for split-KV.
+std::size_t forward_workspace_size(const ForwardArgs& args);
+
+// The CPU reference: the same contract on host memory, double accumulation, any shape and dtype.
+Result forward_cpu(const ForwardArgs& args);
+
+// The CUDA reference kernel: device memory, fp64 accumulation, one block per query row; slow and
+// obviously right. Used by tests as the oracle at sizes the CPU reference is too slow for.
+Result forward_reference_cuda(const ForwardArgs& args, cudaStream_t stream = nullptr);
+
+// Whether the current CUDA device can run the Hopper kernels (compute capability 9.0).
+Result check_device();
+
+// Head dims and dtypes compiled into this build, e.g. "fwd:bf16:64,fwd:bf16:128,...".
+const char* build_instantiations();
+const char* version();
+
+}  // namespace hopattn

@@ -1,0 +1,87 @@
+// The C ABI over the C++ API: converts plain structs, keeps the last error message per thread.
+#include "hopattn/hopattn_c.h"
+
+#include <cmath>
+#include <string>
+
+#include "hopattn/hopattn.hpp"
+
+namespace {
+
+thread_local std::string g_last_error;
+
+int finish(const hopattn::Result& r) {
+  g_last_error = r.message;
+  return static_cast<int>(r.status);
+}
+
+bool to_tensor(const hopattn_tensor& c, const char* name, hopattn::TensorRef* t) {
+  if (c.dtype < HOPATTN_BF16 || c.dtype > HOPATTN_FP32) {
+    g_last_error = std::string(name) + ": unknown dtype code " + std::to_string(c.dtype);
+    return false;
+  }
+  if (c.ndim < 0 || c.ndim > 4) {
+    g_last_error = std::string(name) + ": ndim " + std::to_string(c.ndim) + " out of range";
+    return false;
+  }
+  t->data = c.data;
+  t->dtype = static_cast<hopattn::DType>(c.dtype);
+  t->ndim = c.ndim;
+  for (int i = 0; i < 4; ++i) {
+    t->sizes[i] = c.sizes[i];
+    t->strides[i] = c.strides[i];
+  }
+  return true;
+}
+
+// Returns -1 after setting g_last_error when the C struct itself is malformed.
+int to_args(const hopattn_fwd_args* a, hopattn::ForwardArgs* out) {
+  if (a == nullptr) {
+    g_last_error = "args is null";
+    return HOPATTN_INVALID_ARGUMENT;
+  }
+  if (!to_tensor(a->q, "q", &out->q) || !to_tensor(a->k, "k", &out->k) || !to_tensor(a->v, "v", &out->v) ||
+      !to_tensor(a->out, "out", &out->out))
+    return HOPATTN_INVALID_ARGUMENT;
+  if (a->lse.data != nullptr && !to_tensor(a->lse, "lse", &out->lse)) return HOPATTN_INVALID_ARGUMENT;
+  out->causal = a->causal != 0;
+  if (a->has_softmax_scale) out->softmax_scale = a->softmax_scale;
+  return HOPATTN_SUCCESS;
+}
+
+}  // namespace
+
+extern "C" {
+
+int hopattn_abi_version(void) { return HOPATTN_ABI_VERSION; }
+const char* hopattn_version(void) { return hopattn::version(); }
+const char* hopattn_last_error(void) { return g_last_error.c_str(); }
+const char* hopattn_build_instantiations(void) { return hopattn::build_instantiations(); }
+
+int hopattn_forward(const hopattn_fwd_args* args, void* stream) {
+  hopattn::ForwardArgs a;
+  if (int rc = to_args(args, &a); rc != HOPATTN_SUCCESS) return rc;
+  return finish(hopattn::forward(a, static_cast<cudaStream_t>(stream)));
+}
+
+int hopattn_forward_reference_cuda(const hopattn_fwd_args* args, void* stream) {
+  hopattn::ForwardArgs a;
+  if (int rc = to_args(args, &a); rc != HOPATTN_SUCCESS) return rc;
+  return finish(hopattn::forward_reference_cuda(a, static_cast<cudaStream_t>(stream)));
+}
+
+int hopattn_forward_cpu(const hopattn_fwd_args* args) {
+  hopattn::ForwardArgs a;
+  if (int rc = to_args(args, &a); rc != HOPATTN_SUCCESS) return rc;
+  return finish(hopattn::forward_cpu(a));
+}
+
+size_t hopattn_forward_workspace_size(const hopattn_fwd_args* args) {
+  hopattn::ForwardArgs a;
+  if (to_args(args, &a) != HOPATTN_SUCCESS) return 0;
+  return hopattn::forward_workspace_size(a);
+}
+
+int hopattn_check_device(void) { return finish(hopattn::check_device()); }
+
+}  // extern "C"

@@ -1,0 +1,28 @@
+// The table of compiled sm90 kernels. CMake generates its contents (instantiation_table.cpp) from
+// the one list HOPATTN_DTYPES x HOPATTN_HEAD_DIMS, so dispatch is a lookup, not a macro switch.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+#include "api/problem.hpp"
+
+namespace hopattn {
+
+using FwdLauncher = cudaError_t (*)(const AttnProblem&, cudaStream_t);
+
+struct FwdKernelEntry {
+  DType dtype;
+  int head_dim;
+  FwdLauncher launch;
+};
+
+// The CUDA reference keeps one row of O in shared memory; this bounds it (any head dim up to it).
+constexpr int64_t kMaxReferenceHeadDim = 512;
+
+const FwdKernelEntry* find_forward_kernel(DType dtype, int head_dim);
+inline bool has_forward_kernel(DType dtype, int head_dim) { return find_forward_kernel(dtype, head_dim) != nullptr; }
+const char* build_instantiation_list();  // "fwd:bf16:64,fwd:bf16:128,..."
+
+}  // namespace hopattn

@@ -1,0 +1,39 @@
+// The validated, normalised form of ForwardArgs that every backend (CPU reference, CUDA reference,
+// sm90 kernels) consumes. Validation happens once, in validate.cpp; backends trust this struct.
+#pragma once
+
+#include <cstdint>
+
+#include "hopattn/hopattn.hpp"
+
+namespace hopattn {
+
+// Strides are in elements and 64-bit, so batch*seqlen*heads*head_dim past 2^31 indexes correctly.
+struct AttnProblem {
+  int64_t batch = 0, seqlen_q = 0, seqlen_k = 0, heads_q = 0, heads_kv = 0, head_dim = 0;
+  DType dtype = DType::kBF16;
+  bool causal = false;
+  float scale = 1.f;  // softmax scale applied to q.k
+
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  void* out = nullptr;
+  float* lse = nullptr;  // (batch, heads_q, seqlen_q) contiguous, or null
+
+  // Strides of dims (batch, seq, head); the head_dim stride is 1.
+  int64_t q_stride[3] = {0, 0, 0};
+  int64_t k_stride[3] = {0, 0, 0};
+  int64_t v_stride[3] = {0, 0, 0};
+  int64_t o_stride[3] = {0, 0, 0};
+
+  int64_t group() const { return heads_q / heads_kv; }  // query heads sharing one K/V head
+  bool empty() const { return batch == 0 || seqlen_q == 0 || heads_q == 0; }
+};
+
+enum class Backend { kSm90, kCudaReference, kCpu };
+
+// Checks every argument; on success fills *problem. Messages name the argument ("q.sizes[3]").
+Result validate_forward(const ForwardArgs& args, Backend backend, AttnProblem* problem);
+
+}  // namespace hopattn

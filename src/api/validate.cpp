@@ -1,0 +1,151 @@
+// Argument validation for the forward pass: one function that turns ForwardArgs into an
+// AttnProblem or a Result whose message names the offending argument. Pure host code, so the
+// CPU tests exercise every rule without a GPU.
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <sstream>
+#include <string>
+
+#include "api/instantiations.hpp"
+#include "api/problem.hpp"
+
+namespace hopattn {
+namespace {
+
+Result fail(Status s, const std::string& msg) { return Result{s, msg}; }
+
+template <typename... Ts>
+std::string cat(const Ts&... parts) {
+  std::ostringstream os;
+  (os << ... << parts);
+  return os.str();
+}
+
+int64_t numel(const TensorRef& t) {
+  int64_t n = 1;
+  for (int i = 0; i < t.ndim; ++i) n *= t.sizes[i];
+  return n;
+}
+
+// Shape-independent checks of one q/k/v/out tensor.
+Result check_tensor(const char* name, const TensorRef& t, Backend backend) {
+  if (t.ndim != 4)
+    return fail(Status::kInvalidArgument,
+                cat(name, ": expected 4 dims (batch, seqlen, heads, head_dim), got ndim=", t.ndim));
+  for (int i = 0; i < 4; ++i) {
+    if (t.sizes[i] < 0) return fail(Status::kInvalidArgument, cat(name, ".sizes[", i, "] is negative (", t.sizes[i], ")"));
+    if (t.strides[i] < 0) return fail(Status::kInvalidArgument, cat(name, ".strides[", i, "] is negative (", t.strides[i], ")"));
+    // Kernels index within one sequence/head with 32-bit ints; offsets themselves are 64-bit.
+    if (t.sizes[i] > std::numeric_limits<int32_t>::max())
+      return fail(Status::kInvalidArgument, cat(name, ".sizes[", i, "] = ", t.sizes[i], " exceeds 2^31-1"));
+  }
+  if (t.strides[3] != 1)
+    return fail(Status::kInvalidArgument,
+                cat(name, ": last dim (head_dim) must be contiguous, got strides[3]=", t.strides[3]));
+  if (numel(t) > 0 && t.data == nullptr)
+    return fail(Status::kInvalidArgument, cat(name, ".data is null"));
+  if (backend == Backend::kSm90 && numel(t) > 0) {
+    // 16-byte vector / TMA loads need aligned rows: base pointer and every leading stride.
+    if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0)
+      return fail(Status::kInvalidArgument, cat(name, ".data is not 16-byte aligned"));
+    const int64_t per16 = 16 / static_cast<int64_t>(dtype_size(t.dtype));
+    for (int i = 0; i < 3; ++i)
+      if (t.sizes[i] > 1 && t.strides[i] % per16 != 0)
+        return fail(Status::kInvalidArgument,
+                    cat(name, ".strides[", i, "]=", t.strides[i], " is not a multiple of ", per16,
+                        " elements (16 bytes)"));
+  }
+  return {};
+}
+
+bool dtype_allowed(DType t, Backend backend) {
+  switch (t) {
+    case DType::kBF16:
+    case DType::kFP16: return true;
+    case DType::kFP32: return backend == Backend::kCpu;
+  }
+  return false;
+}
+
+Result check_lse(const TensorRef& lse, int64_t b, int64_t h, int64_t s) {
+  if (lse.data == nullptr) return {};
+  if (lse.dtype != DType::kFP32)
+    return fail(Status::kInvalidArgument, cat("lse: dtype must be fp32, got ", dtype_name(lse.dtype)));
+  if (lse.ndim != 3)
+    return fail(Status::kInvalidArgument, cat("lse: expected 3 dims (batch, heads_q, seqlen_q), got ndim=", lse.ndim));
+  const int64_t want[3] = {b, h, s};
+  for (int i = 0; i < 3; ++i)
+    if (lse.sizes[i] != want[i])
+      return fail(Status::kInvalidArgument,
+                  cat("lse.sizes[", i, "]=", lse.sizes[i], " but expected ", want[i], " (batch, heads_q, seqlen_q)"));
+  const int64_t want_stride[3] = {h * s, s, 1};
+  for (int i = 0; i < 3; ++i)
+    if (lse.sizes[i] > 1 && lse.strides[i] != want_stride[i])
+      return fail(Status::kInvalidArgument,
+                  cat("lse must be contiguous: strides[", i, "]=", lse.strides[i], ", expected ", want_stride[i]));
+  if (reinterpret_cast<uintptr_t>(lse.data) % 4 != 0)
+    return fail(Status::kInvalidArgument, "lse.data is not 4-byte aligned");
+  return {};
+}
+
+}  // namespace
+
+Result validate_forward(const ForwardArgs& a, Backend backend, AttnProblem* p) {
+  const struct { const char* name; const TensorRef* t; } tensors[] = {
+      {"q", &a.q}, {"k", &a.k}, {"v", &a.v}, {"out", &a.out}};
+  for (const auto& [name, t] : tensors) {
+    if (!dtype_allowed(t->dtype, backend))
+      return fail(backend == Backend::kCpu ? Status::kInvalidArgument : Status::kUnsupported,
+                  cat(name, ": dtype ", dtype_name(t->dtype), " is not supported by this backend (",
+                      backend == Backend::kCpu ? "bf16, fp16, fp32" : "bf16, fp16", ")"));
+  }
+  for (const auto& [name, t] : tensors)
+    if (t->dtype != a.q.dtype)
+      return fail(Status::kInvalidArgument,
+                  cat(name, ": dtype ", dtype_name(t->dtype), " differs from q's ", dtype_name(a.q.dtype)));
+  for (const auto& [name, t] : tensors)
+    if (Result r = check_tensor(name, *t, backend); !r.ok()) return r;
+
+  const int64_t batch = a.q.sizes[0], sq = a.q.sizes[1], hq = a.q.sizes[2], d = a.q.sizes[3];
+  const int64_t sk = a.k.sizes[1], hkv = a.k.sizes[2];
+  if (a.k.sizes[0] != batch) return fail(Status::kInvalidArgument, cat("k.sizes[0] (batch)=", a.k.sizes[0], " but q has batch ", batch));
+  if (a.v.sizes[0] != batch) return fail(Status::kInvalidArgument, cat("v.sizes[0] (batch)=", a.v.sizes[0], " but q has batch ", batch));
+  if (a.k.sizes[3] != d) return fail(Status::kInvalidArgument, cat("k.sizes[3] (head_dim)=", a.k.sizes[3], " but q has head_dim ", d));
+  if (a.v.sizes[3] != d)
+    return fail(Status::kUnsupported, cat("v.sizes[3] (head_dim)=", a.v.sizes[3], " but q has head_dim ", d,
+                                          "; head_dim_v != head_dim_qk is not supported yet"));
+  if (a.v.sizes[1] != sk) return fail(Status::kInvalidArgument, cat("v.sizes[1] (seqlen_k)=", a.v.sizes[1], " but k has seqlen_k ", sk));
+  if (a.v.sizes[2] != hkv) return fail(Status::kInvalidArgument, cat("v.sizes[2] (heads_kv)=", a.v.sizes[2], " but k has heads_kv ", hkv));
+  for (int i = 0; i < 4; ++i)
+    if (a.out.sizes[i] != a.q.sizes[i])
+      return fail(Status::kInvalidArgument, cat("out.sizes[", i, "]=", a.out.sizes[i], " but q.sizes[", i, "]=", a.q.sizes[i]));
+  if (hq > 0 && hkv == 0) return fail(Status::kInvalidArgument, "k.sizes[2] (heads_kv) is 0 but q has heads");
+  if (hkv > 0 && hq % hkv != 0)
+    return fail(Status::kInvalidArgument, cat("heads_q=", hq, " is not a multiple of heads_kv=", hkv, " (GQA/MQA)"));
+  if (Result r = check_lse(a.lse, batch, hq, sq); !r.ok()) return r;
+  if (a.softmax_scale && !(std::isfinite(*a.softmax_scale) && *a.softmax_scale > 0.f))
+    return fail(Status::kInvalidArgument, cat("softmax_scale must be finite and > 0, got ", *a.softmax_scale));
+  if (d == 0) return fail(Status::kInvalidArgument, "q.sizes[3] (head_dim) is 0");
+  if (backend == Backend::kSm90 && !has_forward_kernel(a.q.dtype, static_cast<int>(d)))
+    return fail(Status::kUnsupported, cat("head_dim ", d, " with dtype ", dtype_name(a.q.dtype),
+                                          " has no sm90 kernel in this build (built: ", build_instantiation_list(), ")"));
+  if (backend == Backend::kCudaReference && d > kMaxReferenceHeadDim)
+    return fail(Status::kUnsupported, cat("head_dim ", d, " exceeds the CUDA reference's limit of ", kMaxReferenceHeadDim));
+
+  p->batch = batch; p->seqlen_q = sq; p->seqlen_k = sk; p->heads_q = hq; p->heads_kv = hkv; p->head_dim = d;
+  p->dtype = a.q.dtype;
+  p->causal = a.causal;
+  p->scale = a.softmax_scale ? *a.softmax_scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+  p->q = a.q.data; p->k = a.k.data; p->v = a.v.data; p->out = a.out.data;
+  p->lse = static_cast<float*>(a.lse.data);
+  for (int i = 0; i < 3; ++i) {
+    p->q_stride[i] = a.q.strides[i];
+    p->k_stride[i] = a.k.strides[i];
+    p->v_stride[i] = a.v.strides[i];
+    p->o_stride[i] = a.out.strides[i];
+  }
+  return {};
+}
+
+}  // namespace hopattn

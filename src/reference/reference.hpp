@@ -1,0 +1,21 @@
+// The references every test trusts: a CPU one (double accumulation) and a CUDA one (fp64
+// accumulation, one block per query row). Both take a validated AttnProblem; any shape.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "api/problem.hpp"
+
+namespace hopattn::reference {
+
+// Host memory. Handles bf16/fp16/fp32, GQA, bottom-right causal, rows with no visible key
+// (out = 0, lse = -inf), seqlen_k == 0.
+void forward_cpu(const AttnProblem& p);
+
+// Device memory, bf16/fp16, head_dim <= kMaxReferenceHeadDim. Asynchronous on `stream`.
+cudaError_t forward_cuda(const AttnProblem& p, cudaStream_t stream);
+
+// Device memory: out = 0 and lse = -inf for every row (the seqlen_k == 0 case of any backend).
+cudaError_t fill_no_keys(const AttnProblem& p, cudaStream_t stream);
+
+}  // namespace hopattn::reference
