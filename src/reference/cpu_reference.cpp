@@ -1,3 +1,151 @@
-// TEMPORARY placeholder, replaced by the real CPU reference.
+// The CPU reference: softmax(scale * q k^T) v per query row in double precision, two passes (max,
+// then sum) so it is stable for any score range. Slow and obviously right; every other backend is
+// judged against it (directly, or through the CUDA reference that is itself checked against it).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <thread>
+#include <vector>
+
 #include "reference/reference.hpp"
-namespace hopattn::reference { void forward_cpu(const AttnProblem&) {} }
+
+namespace hopattn::reference {
+namespace {
+
+double load_element(const void* base, int64_t index, DType t) {
+  const auto* bytes = static_cast<const uint8_t*>(base);
+  if (t == DType::kFP32) {
+    float f;
+    std::memcpy(&f, bytes + index * 4, 4);
+    return f;
+  }
+  uint16_t h;
+  std::memcpy(&h, bytes + index * 2, 2);
+  if (t == DType::kBF16) {  // bf16 is the upper half of an fp32
+    const uint32_t x = static_cast<uint32_t>(h) << 16;
+    float f;
+    std::memcpy(&f, &x, 4);
+    return f;
+  }
+  const int sign = (h & 0x8000) ? -1 : 1;
+  const int exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ff;
+  if (exponent == 0) return sign * std::ldexp(static_cast<double>(mantissa), -24);  // subnormal / zero
+  if (exponent == 31) return mantissa ? std::numeric_limits<double>::quiet_NaN() : sign * HUGE_VAL;
+  return sign * std::ldexp(static_cast<double>(mantissa | 0x400), exponent - 25);
+}
+
+// Rounds x to a binary format with `precision` significand bits (implicit bit included), smallest
+// normal exponent `min_exp` (value 2^min_exp) and largest finite value `max_finite`, in one step
+// from double so there is no double rounding through fp32. Ties go to even (std::nearbyint).
+double round_to_format(double x, int precision, int min_exp, double max_finite) {
+  if (!std::isfinite(x) || x == 0) return x;
+  int e;
+  std::frexp(x, &e);  // x = m * 2^e with 0.5 <= |m| < 1, so the leading bit has weight 2^(e-1)
+  const int quantum_exp = std::max(e - 1, min_exp) - (precision - 1);  // subnormals share min_exp's ulp
+  const double r = std::ldexp(std::nearbyint(std::ldexp(x, -quantum_exp)), quantum_exp);
+  if (std::fabs(r) > max_finite) return std::copysign(HUGE_VAL, x);
+  return r;
+}
+
+void store_element(void* base, int64_t index, DType t, double x) {
+  auto* bytes = static_cast<uint8_t*>(base);
+  if (t == DType::kFP32) {
+    const float f = static_cast<float>(x);  // the C++ conversion rounds to nearest even
+    std::memcpy(bytes + index * 4, &f, 4);
+    return;
+  }
+  uint16_t h;
+  if (t == DType::kBF16) {
+    // Rounded to bf16's 8 significant bits, the value is exact in fp32; bf16 is its top half.
+    const float f = static_cast<float>(round_to_format(x, 8, -126, 0x1.fep127));
+    uint32_t bits;
+    std::memcpy(&bits, &f, 4);
+    h = static_cast<uint16_t>(bits >> 16);
+    if (std::isnan(x)) h = 0x7fc0;
+  } else {
+    const double r = round_to_format(x, 11, -14, 65504.0);
+    const uint16_t sign = std::signbit(r) ? 0x8000 : 0;
+    const double a = std::fabs(r);
+    if (std::isnan(r)) {
+      h = 0x7e00;
+    } else if (std::isinf(a)) {
+      h = sign | 0x7c00;
+    } else if (a < 0x1p-14) {  // subnormal: a multiple of 2^-24
+      h = sign | static_cast<uint16_t>(std::ldexp(a, 24));
+    } else {
+      int e;
+      const double m = std::frexp(a, &e);  // a = m * 2^e, m in [0.5, 1)
+      const auto mantissa = static_cast<uint16_t>(std::ldexp(m, 11) - 1024);
+      h = sign | static_cast<uint16_t>((e - 1 + 15) << 10) | mantissa;
+    }
+  }
+  std::memcpy(bytes + index * 2, &h, 2);
+}
+
+// One (batch, kv head): converts that head's K and V to double once, then runs every query head of
+// the GQA group against them.
+void attend_kv_head(const AttnProblem& p, int64_t b, int64_t kv_head) {
+  const int64_t sk = p.seqlen_k, d = p.head_dim;
+  std::vector<double> k(static_cast<size_t>(sk * d)), v(static_cast<size_t>(sk * d));
+  for (int64_t j = 0; j < sk; ++j) {
+    const int64_t k_row = b * p.k_stride[0] + j * p.k_stride[1] + kv_head * p.k_stride[2];
+    const int64_t v_row = b * p.v_stride[0] + j * p.v_stride[1] + kv_head * p.v_stride[2];
+    for (int64_t c = 0; c < d; ++c) {
+      k[j * d + c] = load_element(p.k, k_row + c, p.dtype);
+      v[j * d + c] = load_element(p.v, v_row + c, p.dtype);
+    }
+  }
+  const double scale = p.scale;
+  std::vector<double> q(static_cast<size_t>(d)), o(static_cast<size_t>(d)), s(static_cast<size_t>(sk));
+  for (int64_t h = kv_head * p.group(); h < (kv_head + 1) * p.group(); ++h) {
+    for (int64_t i = 0; i < p.seqlen_q; ++i) {
+      // Bottom-right causal: query i sees keys j <= i + sk - sq; the visible keys are a prefix.
+      const int64_t visible = p.causal ? std::clamp<int64_t>(i + sk - p.seqlen_q + 1, 0, sk) : sk;
+      const int64_t q_row = b * p.q_stride[0] + i * p.q_stride[1] + h * p.q_stride[2];
+      const int64_t o_row = b * p.o_stride[0] + i * p.o_stride[1] + h * p.o_stride[2];
+      float* lse = p.lse ? p.lse + (b * p.heads_q + h) * p.seqlen_q + i : nullptr;
+      if (visible == 0) {  // no key: define the row as 0 with lse -inf rather than 0/0
+        for (int64_t c = 0; c < d; ++c) store_element(p.out, o_row + c, p.dtype, 0.0);
+        if (lse) *lse = -std::numeric_limits<float>::infinity();
+        continue;
+      }
+      for (int64_t c = 0; c < d; ++c) q[c] = load_element(p.q, q_row + c, p.dtype);
+      double max_score = -HUGE_VAL;
+      for (int64_t j = 0; j < visible; ++j) {
+        double dot = 0;
+        for (int64_t c = 0; c < d; ++c) dot += q[c] * k[j * d + c];
+        s[j] = scale * dot;
+        max_score = std::max(max_score, s[j]);
+      }
+      double sum = 0;
+      std::fill(o.begin(), o.end(), 0.0);
+      for (int64_t j = 0; j < visible; ++j) {
+        const double w = std::exp(s[j] - max_score);  // <= 1, and 1 at the max: sum >= 1
+        sum += w;
+        for (int64_t c = 0; c < d; ++c) o[c] += w * v[j * d + c];
+      }
+      for (int64_t c = 0; c < d; ++c) store_element(p.out, o_row + c, p.dtype, o[c] / sum);
+      if (lse) *lse = static_cast<float>(max_score + std::log(sum));
+    }
+  }
+}
+
+}  // namespace
+
+void forward_cpu(const AttnProblem& p) {
+  if (p.empty()) return;
+  // Work items are (batch, kv head) pairs; they write disjoint rows of out and lse.
+  const int64_t items = p.batch * p.heads_kv;
+  const int64_t threads = std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, std::min<int64_t>(items, 64));
+  auto run = [&](int64_t first) {
+    for (int64_t item = first; item < items; item += threads) attend_kv_head(p, item / p.heads_kv, item % p.heads_kv);
+  };
+  std::vector<std::thread> pool;
+  for (int64_t t = 1; t < threads; ++t) pool.emplace_back(run, t);
+  run(0);
+  for (std::thread& t : pool) t.join();
+}
+
+}  // namespace hopattn::reference

@@ -1,1 +1,362 @@
+// One test per argument-validation rule in src/api/validate.cpp: each feeds one bad value and checks
+// the status code and that the message names the argument. Validation runs before any device
+// check, so all of this runs without a GPU; pointers are fake (aligned, never dereferenced).
 #include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <limits>
+#include <string>
+
+#include "../common/test_util.hpp"
+#include "api/problem.hpp"
+#include "hopattn/hopattn.hpp"
+#include "hopattn/hopattn_c.h"
+
+namespace hopattn::test {
+namespace {
+
+alignas(256) unsigned char g_fake_memory[1024];  // a stand-in address; nothing reads or writes it
+
+// The first kernel this build has ("fwd:bf16:128" -> bf16, 128), so a valid base is valid here.
+struct BuiltKernel {
+  DType dtype;
+  int64_t head_dim;
+};
+BuiltKernel first_built_kernel() {
+  const std::string list = build_instantiations();
+  const std::string first = list.substr(0, list.find(','));
+  const size_t a = first.find(':'), b = first.rfind(':');
+  return {first.substr(a + 1, b - a - 1) == "fp16" ? DType::kFP16 : DType::kBF16,
+          std::atoll(first.c_str() + b + 1)};
+}
+
+// batch 2, seqlen_q 64, seqlen_k 48, heads 4/2 (GQA), contiguous, with lse: accepted by every backend.
+ForwardArgs valid_args() {
+  const BuiltKernel k = first_built_kernel();
+  ForwardArgs a;
+  a.q = make_tensor(g_fake_memory, k.dtype, 2, 64, 4, k.head_dim);
+  a.k = make_tensor(g_fake_memory, k.dtype, 2, 48, 2, k.head_dim);
+  a.v = make_tensor(g_fake_memory, k.dtype, 2, 48, 2, k.head_dim);
+  a.out = make_tensor(g_fake_memory, k.dtype, 2, 64, 4, k.head_dim);
+  a.lse = make_tensor(g_fake_memory, DType::kFP32, 2, 4, 64);
+  return a;
+}
+
+using Mutation = std::function<void(ForwardArgs&)>;
+
+// Applies `mutate` to valid args and runs the entry point for `backend`. The entry point is called
+// only once validation is known to reject the args: a valid call would read the fake pointers.
+Result run_invalid(Backend backend, const Mutation& mutate) {
+  ForwardArgs a = valid_args();
+  mutate(a);
+  AttnProblem p;
+  const Result v = validate_forward(a, backend, &p);
+  if (v.ok()) return v;  // the caller expects an error: the test fails and names the mutation
+  const Result r = backend == Backend::kSm90            ? forward(a)
+                   : backend == Backend::kCudaReference ? forward_reference_cuda(a)
+                                                        : forward_cpu(a);
+  EXPECT_EQ(r.status, v.status);
+  EXPECT_EQ(r.message, v.message);
+  return r;
+}
+
+void expect_rejected(const Result& r, Status status, const std::string& fragment) {
+  EXPECT_EQ(static_cast<int>(r.status), static_cast<int>(status)) << r.message;
+  EXPECT_NE(r.message.find(fragment), std::string::npos) << "message \"" << r.message << "\" lacks \"" << fragment << "\"";
+}
+
+Result sm90(const Mutation& m) { return run_invalid(Backend::kSm90, m); }
+Result cpu(const Mutation& m) { return run_invalid(Backend::kCpu, m); }
+Result cuda_ref(const Mutation& m) { return run_invalid(Backend::kCudaReference, m); }
+
+TEST(Validation, ValidArgsPassEveryBackend) {
+  AttnProblem p;
+  for (Backend b : {Backend::kSm90, Backend::kCudaReference, Backend::kCpu}) {
+    const Result r = validate_forward(valid_args(), b, &p);
+    EXPECT_TRUE(r.ok()) << r.message;
+  }
+  EXPECT_EQ(p.batch, 2);
+  EXPECT_EQ(p.seqlen_q, 64);
+  EXPECT_EQ(p.seqlen_k, 48);
+  EXPECT_EQ(p.group(), 2);
+  EXPECT_FLOAT_EQ(p.scale, static_cast<float>(1.0 / std::sqrt(double(first_built_kernel().head_dim))));
+}
+
+TEST(Validation, WrongNdim) {
+  expect_rejected(sm90([](ForwardArgs& a) { a.q.ndim = 3; }), Status::kInvalidArgument, "q: expected 4 dims");
+  expect_rejected(cpu([](ForwardArgs& a) { a.out.ndim = 5; }), Status::kInvalidArgument, "out: expected 4 dims");
+}
+
+TEST(Validation, NegativeSize) {
+  expect_rejected(cpu([](ForwardArgs& a) { a.k.sizes[1] = -1; }), Status::kInvalidArgument, "k.sizes[1] is negative");
+}
+
+TEST(Validation, NegativeStride) {
+  expect_rejected(cpu([](ForwardArgs& a) { a.v.strides[0] = -4; }), Status::kInvalidArgument, "v.strides[0] is negative");
+}
+
+TEST(Validation, SizeBeyondInt32) {
+  expect_rejected(cpu([](ForwardArgs& a) { a.q.sizes[1] = a.out.sizes[1] = int64_t{1} << 31; }),
+                  Status::kInvalidArgument, "q.sizes[1]");
+}
+
+TEST(Validation, LastDimNotContiguous) {
+  const Result r = cpu([](ForwardArgs& a) { a.q.strides[3] = 2; });
+  expect_rejected(r, Status::kInvalidArgument, "q: last dim (head_dim) must be contiguous");
+  EXPECT_NE(r.message.find("strides[3]"), std::string::npos) << r.message;
+}
+
+TEST(Validation, NullData) {
+  expect_rejected(cpu([](ForwardArgs& a) { a.out.data = nullptr; }), Status::kInvalidArgument, "out.data is null");
+  // A tensor without elements may be null: seqlen_k == 0 with null k and v is valid.
+  ForwardArgs a = valid_args();
+  a.k.sizes[1] = a.v.sizes[1] = 0;
+  a.k.data = a.v.data = nullptr;
+  AttnProblem p;
+  EXPECT_TRUE(validate_forward(a, Backend::kSm90, &p).ok());
+}
+
+TEST(Validation, MisalignedPointerOnSm90) {
+  expect_rejected(sm90([](ForwardArgs& a) { a.k.data = g_fake_memory + 2; }), Status::kInvalidArgument,
+                  "k.data is not 16-byte aligned");
+  // The CPU backend has no alignment rule.
+  ForwardArgs a = valid_args();
+  a.k.data = g_fake_memory + 2;
+  AttnProblem p;
+  EXPECT_TRUE(validate_forward(a, Backend::kCpu, &p).ok());
+}
+
+TEST(Validation, MisalignedStrideOnSm90) {
+  const Result r = sm90([](ForwardArgs& a) { a.q.strides[1] += 4; });
+  expect_rejected(r, Status::kInvalidArgument, "q.strides[1]");
+  EXPECT_NE(r.message.find("16 bytes"), std::string::npos) << r.message;
+  // A dim of size 1 is never stepped over, so its stride may be anything.
+  ForwardArgs a = valid_args();
+  a.q.sizes[0] = a.k.sizes[0] = a.v.sizes[0] = a.out.sizes[0] = a.lse.sizes[0] = 1;
+  a.q.strides[0] = 3;
+  AttnProblem p;
+  EXPECT_TRUE(validate_forward(a, Backend::kSm90, &p).ok());
+}
+
+TEST(Validation, Fp32IsCpuOnly) {
+  auto to_fp32 = [](ForwardArgs& a) { a.q.dtype = a.k.dtype = a.v.dtype = a.out.dtype = DType::kFP32; };
+  expect_rejected(sm90(to_fp32), Status::kUnsupported, "q: dtype fp32 is not supported");
+  expect_rejected(cuda_ref(to_fp32), Status::kUnsupported, "q: dtype fp32 is not supported");
+  ForwardArgs a = valid_args();
+  to_fp32(a);
+  AttnProblem p;
+  EXPECT_TRUE(validate_forward(a, Backend::kCpu, &p).ok());
+}
+
+TEST(Validation, UnknownDtypeOnCpu) {
+  expect_rejected(cpu([](ForwardArgs& a) { a.v.dtype = static_cast<DType>(7); }), Status::kInvalidArgument,
+                  "v: dtype");
+}
+
+TEST(Validation, MixedDtypes) {
+  expect_rejected(sm90([](ForwardArgs& a) {
+                    a.k.dtype = a.q.dtype == DType::kBF16 ? DType::kFP16 : DType::kBF16;
+                  }),
+                  Status::kInvalidArgument, "k: dtype");
+  expect_rejected(cpu([](ForwardArgs& a) { a.out.dtype = DType::kFP32; }), Status::kInvalidArgument,
+                  "differs from q's");
+}
+
+TEST(Validation, BatchMismatch) {
+  expect_rejected(cpu([](ForwardArgs& a) { a.k.sizes[0] = 3; }), Status::kInvalidArgument, "k.sizes[0]");
+  expect_rejected(cpu([](ForwardArgs& a) { a.v.sizes[0] = 1; }), Status::kInvalidArgument, "v.sizes[0]");
+}
+
+TEST(Validation, HeadDimMismatch) {
+  expect_rejected(cpu([](ForwardArgs& a) { a.k.sizes[3] += 8; }), Status::kInvalidArgument, "k.sizes[3]");
+  // A different value head dim is a valid attention this library does not implement yet.
+  expect_rejected(cpu([](ForwardArgs& a) { a.v.sizes[3] += 8; }), Status::kUnsupported, "v.sizes[3]");
+}
+
+TEST(Validation, SeqlenKMismatch) {
+  expect_rejected(cpu([](ForwardArgs& a) { a.v.sizes[1] = 47; }), Status::kInvalidArgument, "v.sizes[1]");
+}
+
+TEST(Validation, HeadsKvMismatch) {
+  expect_rejected(cpu([](ForwardArgs& a) { a.v.sizes[2] = 4; }), Status::kInvalidArgument, "v.sizes[2]");
+}
+
+TEST(Validation, OutShapeMismatch) {
+  for (int i = 0; i < 4; ++i) {
+    const Result r = cpu([i](ForwardArgs& a) { a.out.sizes[i] += 1; });
+    expect_rejected(r, Status::kInvalidArgument, "out.sizes[" + std::to_string(i) + "]");
+  }
+}
+
+TEST(Validation, ZeroHeadsKv) {
+  expect_rejected(cpu([](ForwardArgs& a) { a.k.sizes[2] = a.v.sizes[2] = 0; }), Status::kInvalidArgument,
+                  "k.sizes[2]");
+}
+
+TEST(Validation, HeadsQNotMultipleOfHeadsKv) {
+  expect_rejected(cpu([](ForwardArgs& a) { a.k.sizes[2] = a.v.sizes[2] = 3; }), Status::kInvalidArgument,
+                  "heads_q");
+}
+
+TEST(Validation, LseDtype) {
+  expect_rejected(cpu([](ForwardArgs& a) { a.lse.dtype = DType::kBF16; }), Status::kInvalidArgument,
+                  "lse: dtype must be fp32");
+}
+
+TEST(Validation, LseNdim) {
+  expect_rejected(cpu([](ForwardArgs& a) { a.lse.ndim = 4; }), Status::kInvalidArgument, "lse: expected 3 dims");
+}
+
+TEST(Validation, LseSizes) {
+  expect_rejected(cpu([](ForwardArgs& a) { a.lse.sizes[2] = 63; }), Status::kInvalidArgument, "lse.sizes[2]");
+  // (batch, seqlen_q, heads) is the out layout, not the lse layout.
+  expect_rejected(cpu([](ForwardArgs& a) { std::swap(a.lse.sizes[1], a.lse.sizes[2]); }),
+                  Status::kInvalidArgument, "lse.sizes[1]");
+}
+
+TEST(Validation, LseNotContiguous) {
+  const Result r = cpu([](ForwardArgs& a) { a.lse.strides[1] = 128; });
+  expect_rejected(r, Status::kInvalidArgument, "lse must be contiguous");
+  EXPECT_NE(r.message.find("strides[1]"), std::string::npos) << r.message;
+}
+
+TEST(Validation, LseMisaligned) {
+  expect_rejected(cpu([](ForwardArgs& a) { a.lse.data = g_fake_memory + 2; }), Status::kInvalidArgument,
+                  "lse.data is not 4-byte aligned");
+}
+
+TEST(Validation, NullLseSkipsItsChecks) {
+  ForwardArgs a = valid_args();
+  a.lse.data = nullptr;
+  a.lse.dtype = DType::kBF16;
+  a.lse.ndim = 0;
+  AttnProblem p;
+  EXPECT_TRUE(validate_forward(a, Backend::kSm90, &p).ok());
+  EXPECT_EQ(p.lse, nullptr);
+}
+
+TEST(Validation, SoftmaxScale) {
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), 0.f, -0.5f, std::numeric_limits<float>::infinity()}) {
+    const Result r = sm90([bad](ForwardArgs& a) { a.softmax_scale = bad; });
+    expect_rejected(r, Status::kInvalidArgument, "softmax_scale");
+  }
+  ForwardArgs a = valid_args();
+  a.softmax_scale = 0.25f;
+  AttnProblem p;
+  ASSERT_TRUE(validate_forward(a, Backend::kSm90, &p).ok());
+  EXPECT_EQ(p.scale, 0.25f);
+}
+
+TEST(Validation, ZeroHeadDim) {
+  expect_rejected(cpu([](ForwardArgs& a) { a.q.sizes[3] = a.k.sizes[3] = a.v.sizes[3] = a.out.sizes[3] = 0; }),
+                  Status::kInvalidArgument, "head_dim");
+}
+
+TEST(Validation, HeadDimWithoutSm90Kernel) {
+  auto to_96 = [](ForwardArgs& a) { a.q.sizes[3] = a.k.sizes[3] = a.v.sizes[3] = a.out.sizes[3] = 96; };
+  const Result r = sm90(to_96);
+  expect_rejected(r, Status::kUnsupported, "head_dim 96");
+  EXPECT_NE(r.message.find(build_instantiations()), std::string::npos) << "message should list the built kernels";
+  // The references take any head dim (up to the CUDA reference's limit).
+  ForwardArgs a = valid_args();
+  to_96(a);
+  AttnProblem p;
+  EXPECT_TRUE(validate_forward(a, Backend::kCudaReference, &p).ok());
+  EXPECT_TRUE(validate_forward(a, Backend::kCpu, &p).ok());
+}
+
+TEST(Validation, HeadDimBeyondCudaReferenceLimit) {
+  auto to_520 = [](ForwardArgs& a) { a.q.sizes[3] = a.k.sizes[3] = a.v.sizes[3] = a.out.sizes[3] = 520; };
+  expect_rejected(cuda_ref(to_520), Status::kUnsupported, "head_dim 520");
+  ForwardArgs a = valid_args();
+  to_520(a);
+  AttnProblem p;
+  EXPECT_TRUE(validate_forward(a, Backend::kCpu, &p).ok());
+}
+
+TEST(Validation, NoDeviceIsReportedAfterValidation) {
+  if (has_cuda_device()) GTEST_SKIP() << "a CUDA device is present; this checks the no-device path";
+  const Result r = forward(valid_args());
+  EXPECT_EQ(static_cast<int>(r.status), static_cast<int>(Status::kUnsupportedDevice)) << r.message;
+  EXPECT_NE(r.message.find("CUDA device"), std::string::npos) << r.message;
+  const Result ref = forward_reference_cuda(valid_args());
+  EXPECT_EQ(static_cast<int>(ref.status), static_cast<int>(Status::kUnsupportedDevice)) << ref.message;
+  EXPECT_EQ(static_cast<int>(check_device().status), static_cast<int>(Status::kUnsupportedDevice));
+}
+
+// ---- the C ABI -------------------------------------------------------------------------------
+
+hopattn_tensor to_c(const TensorRef& t) {
+  hopattn_tensor c{};
+  c.data = t.data;
+  c.dtype = static_cast<int32_t>(t.dtype);
+  c.ndim = t.ndim;
+  for (int i = 0; i < 4; ++i) {
+    c.sizes[i] = t.sizes[i];
+    c.strides[i] = t.strides[i];
+  }
+  return c;
+}
+
+hopattn_fwd_args valid_c_args() {
+  const ForwardArgs a = valid_args();
+  hopattn_fwd_args c{};
+  c.q = to_c(a.q);
+  c.k = to_c(a.k);
+  c.v = to_c(a.v);
+  c.out = to_c(a.out);
+  c.lse = to_c(a.lse);
+  return c;
+}
+
+TEST(ValidationCAbi, NullArgs) {
+  EXPECT_EQ(hopattn_forward(nullptr, nullptr), HOPATTN_INVALID_ARGUMENT);
+  EXPECT_STRNE(hopattn_last_error(), "");
+  EXPECT_EQ(hopattn_forward_cpu(nullptr), HOPATTN_INVALID_ARGUMENT);
+  EXPECT_EQ(hopattn_forward_reference_cuda(nullptr, nullptr), HOPATTN_INVALID_ARGUMENT);
+  EXPECT_STRNE(hopattn_last_error(), "");
+  EXPECT_EQ(hopattn_forward_workspace_size(nullptr), 0u);
+}
+
+TEST(ValidationCAbi, UnknownDtypeCode) {
+  hopattn_fwd_args c = valid_c_args();
+  c.k.dtype = 7;
+  EXPECT_EQ(hopattn_forward(&c, nullptr), HOPATTN_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(hopattn_last_error()).find("k: unknown dtype code 7"), std::string::npos)
+      << hopattn_last_error();
+}
+
+TEST(ValidationCAbi, NdimOutOfRange) {
+  hopattn_fwd_args c = valid_c_args();
+  c.out.ndim = 9;
+  EXPECT_EQ(hopattn_forward_cpu(&c), HOPATTN_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(hopattn_last_error()).find("out: ndim 9"), std::string::npos) << hopattn_last_error();
+}
+
+TEST(ValidationCAbi, PassesValidationMessagesThrough) {
+  hopattn_fwd_args c = valid_c_args();
+  c.k.sizes[2] = c.v.sizes[2] = 3;
+  EXPECT_EQ(hopattn_forward(&c, nullptr), HOPATTN_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(hopattn_last_error()).find("heads_q"), std::string::npos) << hopattn_last_error();
+  c = valid_c_args();
+  c.has_softmax_scale = 1;
+  c.softmax_scale = -1.f;
+  EXPECT_EQ(hopattn_forward_cpu(&c), HOPATTN_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(hopattn_last_error()).find("softmax_scale"), std::string::npos) << hopattn_last_error();
+}
+
+TEST(ValidationCAbi, NullLseIgnoresItsFields) {
+  hopattn_fwd_args c = valid_c_args();
+  c.lse.data = nullptr;
+  c.lse.dtype = 99;  // not even a dtype: the C layer must not look at an absent lse
+  c.k.sizes[0] = 5;  // ...while still reporting the real error
+  EXPECT_EQ(hopattn_forward(&c, nullptr), HOPATTN_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(hopattn_last_error()).find("k.sizes[0]"), std::string::npos) << hopattn_last_error();
+}
+
+TEST(ValidationCAbi, AbiVersion) { EXPECT_EQ(hopattn_abi_version(), HOPATTN_ABI_VERSION); }
+
+}  // namespace
+}  // namespace hopattn::test

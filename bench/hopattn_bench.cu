@@ -1,0 +1,154 @@
+// hopattn-bench: times hopattn::forward with CUDA events (median of many runs after warm-up),
+// rotating among enough input sets that L2 (60 MB on H200) cannot flatter the numbers.
+// Usage: hopattn-bench [--batch B --seqlen S --seqlen-k SK --heads H --heads-kv HKV --hdim D
+//                       --causal 0|1 --dtype bf16|fp16 --iters N] | [--paper-grid]
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tool_util.cuh"
+
+namespace {
+
+struct Shape {
+  int64_t batch = 4, seqlen_q = 4096, seqlen_k = 4096, heads = 16, heads_kv = 16, hdim = 128;
+  bool causal = false;
+  hopattn::DType dtype = hopattn::DType::kBF16;
+};
+
+struct Timing {
+  double median_ms = 0, tflops = 0;
+  bool ok = false;
+  std::string error;
+};
+
+Timing time_forward(const Shape& s, int iters) {
+  using namespace hopattn;
+  const int64_t q_elems = s.batch * s.seqlen_q * s.heads * s.hdim;
+  const int64_t kv_elems = s.batch * s.seqlen_k * s.heads_kv * s.hdim;
+  const std::size_t set_bytes = 2 * (2 * q_elems + 2 * kv_elems);  // q, out, k, v
+  // Enough sets that one pass over them is 3x the L2; at most 8, at least 1 (huge shapes).
+  int sets = static_cast<int>(std::min<std::size_t>(8, std::max<std::size_t>(1, 180ull * 1024 * 1024 / set_bytes + 1)));
+  std::vector<std::unique_ptr<tools::DeviceBuffer>> bufs;
+  std::vector<ForwardArgs> args(sets);
+  for (int i = 0; i < sets; ++i) {
+    auto q = std::make_unique<tools::DeviceBuffer>(q_elems * 2), k = std::make_unique<tools::DeviceBuffer>(kv_elems * 2),
+         v = std::make_unique<tools::DeviceBuffer>(kv_elems * 2), o = std::make_unique<tools::DeviceBuffer>(q_elems * 2),
+         l = std::make_unique<tools::DeviceBuffer>(s.batch * s.heads * s.seqlen_q * 4);
+    tools::fill_random(q->ptr, s.dtype, q_elems, 3 * i + 1);
+    tools::fill_random(k->ptr, s.dtype, kv_elems, 3 * i + 2);
+    tools::fill_random(v->ptr, s.dtype, kv_elems, 3 * i + 3);
+    args[i].q = make_tensor(q->ptr, s.dtype, s.batch, s.seqlen_q, s.heads, s.hdim);
+    args[i].k = make_tensor(k->ptr, s.dtype, s.batch, s.seqlen_k, s.heads_kv, s.hdim);
+    args[i].v = make_tensor(v->ptr, s.dtype, s.batch, s.seqlen_k, s.heads_kv, s.hdim);
+    args[i].out = make_tensor(o->ptr, s.dtype, s.batch, s.seqlen_q, s.heads, s.hdim);
+    args[i].lse = make_tensor(l->ptr, DType::kFP32, s.batch, s.heads, s.seqlen_q);
+    args[i].causal = s.causal;
+    for (auto* b : {&q, &k, &v, &o, &l}) bufs.push_back(std::move(*b));
+  }
+  Timing t;
+  for (int i = 0; i < 3; ++i) {  // warm-up (module load, attribute setting)
+    Result r = forward(args[i % sets]);
+    if (!r.ok()) {
+      t.error = r.message;
+      return t;
+    }
+  }
+  TOOL_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<cudaEvent_t> ev(iters + 1);
+  for (auto& e : ev) TOOL_CUDA_CHECK(cudaEventCreate(&e));
+  TOOL_CUDA_CHECK(cudaEventRecord(ev[0]));
+  for (int i = 0; i < iters; ++i) {
+    forward(args[i % sets]);
+    TOOL_CUDA_CHECK(cudaEventRecord(ev[i + 1]));
+  }
+  TOOL_CUDA_CHECK(cudaEventSynchronize(ev[iters]));
+  TOOL_CUDA_CHECK(cudaGetLastError());
+  std::vector<float> ms(iters);
+  for (int i = 0; i < iters; ++i) TOOL_CUDA_CHECK(cudaEventElapsedTime(&ms[i], ev[i], ev[i + 1]));
+  for (auto& e : ev) cudaEventDestroy(e);
+  std::nth_element(ms.begin(), ms.begin() + iters / 2, ms.end());
+  t.median_ms = ms[iters / 2];
+  t.tflops = tools::attention_flops(s.batch, s.heads, s.seqlen_q, s.seqlen_k, s.hdim, s.causal) / (t.median_ms * 1e-3) / 1e12;
+  t.ok = true;
+  return t;
+}
+
+void print_row(const Shape& s, const Timing& t) {
+  if (!t.ok) {
+    std::printf("%-5s d=%-3lld causal=%d b=%-3lld sq=%-6lld sk=%-6lld h=%-3lld hkv=%-3lld  ERROR: %s\n",
+                hopattn::dtype_name(s.dtype), (long long)s.hdim, s.causal, (long long)s.batch, (long long)s.seqlen_q,
+                (long long)s.seqlen_k, (long long)s.heads, (long long)s.heads_kv, t.error.c_str());
+    return;
+  }
+  std::printf("%-5s d=%-3lld causal=%d b=%-3lld sq=%-6lld sk=%-6lld h=%-3lld hkv=%-3lld  %9.3f ms  %7.1f TFLOP/s\n",
+              hopattn::dtype_name(s.dtype), (long long)s.hdim, s.causal, (long long)s.batch, (long long)s.seqlen_q,
+              (long long)s.seqlen_k, (long long)s.heads, (long long)s.heads_kv, t.median_ms, t.tflops);
+}
+
+int64_t arg_int(int& i, int argc, char** argv) {
+  if (i + 1 >= argc) {
+    std::fprintf(stderr, "missing value for %s\n", argv[i]);
+    std::exit(2);
+  }
+  return std::atoll(argv[++i]);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Shape s;
+  bool paper_grid = false, seqlen_k_set = false, heads_kv_set = false;
+  int iters = 50;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--batch") s.batch = arg_int(i, argc, argv);
+    else if (a == "--seqlen") s.seqlen_q = arg_int(i, argc, argv);
+    else if (a == "--seqlen-k") { s.seqlen_k = arg_int(i, argc, argv); seqlen_k_set = true; }
+    else if (a == "--heads") s.heads = arg_int(i, argc, argv);
+    else if (a == "--heads-kv") { s.heads_kv = arg_int(i, argc, argv); heads_kv_set = true; }
+    else if (a == "--hdim") s.hdim = arg_int(i, argc, argv);
+    else if (a == "--causal") s.causal = arg_int(i, argc, argv) != 0;
+    else if (a == "--iters") iters = static_cast<int>(std::max<int64_t>(3, arg_int(i, argc, argv)));
+    else if (a == "--dtype" && i + 1 < argc) {
+      const std::string d = argv[++i];
+      if (d != "bf16" && d != "fp16") { std::fprintf(stderr, "--dtype must be bf16 or fp16\n"); return 2; }
+      s.dtype = d == "bf16" ? hopattn::DType::kBF16 : hopattn::DType::kFP16;
+    } else if (a == "--paper-grid") paper_grid = true;
+    else {
+      std::fprintf(stderr, "unknown argument %s\nusage: %s [--batch B --seqlen S --seqlen-k SK --heads H "
+                           "--heads-kv HKV --hdim D --causal 0|1 --dtype bf16|fp16 --iters N] | [--paper-grid]\n",
+                   a.c_str(), argv[0]);
+      return 2;
+    }
+  }
+  if (!seqlen_k_set) s.seqlen_k = s.seqlen_q;
+  if (!heads_kv_set) s.heads_kv = s.heads;
+  if (hopattn::Result r = hopattn::check_device(); !r.ok()) {
+    std::fprintf(stderr, "hopattn-bench needs a Hopper GPU: %s\n", r.message.c_str());
+    return 1;
+  }
+  cudaDeviceProp prop{};
+  TOOL_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("device: %s (%d SMs), hopattn %s\n", prop.name, prop.multiProcessorCount, hopattn::version());
+  if (!paper_grid) {
+    print_row(s, time_forward(s, iters));
+    return 0;
+  }
+  // The FlashAttention-3 paper's grid: 16k tokens, hidden 2048.
+  for (int64_t hdim : {64, 128, 256})
+    for (int causal : {0, 1})
+      for (int64_t seqlen : {512, 1024, 2048, 4096, 8192, 16384}) {
+        Shape g = s;
+        g.hdim = hdim;
+        g.causal = causal;
+        g.seqlen_q = g.seqlen_k = seqlen;
+        g.batch = 16384 / seqlen;
+        g.heads = g.heads_kv = 2048 / hdim;
+        print_row(g, time_forward(g, iters));
+      }
+  return 0;
+}
