@@ -1,7 +1,61 @@
-// TEMPORARY placeholder, replaced by the real kernel.
+// Definition of run_fwd<DType, HeadDim>: builds FwdParams from the validated problem, sizes the
+// flattened grid and dynamic shared memory, and launches the mma.sync forward kernel.
 #pragma once
+
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cmath>
+#include <cstdint>
+
 #include "sm90/fwd_launch.hpp"
+#include "sm90/fwd_mma_kernel.cuh"
+#include "sm90/fwd_params.hpp"
+
 namespace hopattn::sm90 {
+
 template <DType kDType, int kHeadDim>
-cudaError_t run_fwd(const AttnProblem&, cudaStream_t) { return cudaErrorNotYetImplemented; }
+cudaError_t run_fwd(const AttnProblem& pr, cudaStream_t stream) {
+  using Cfg = FwdTileConfig<kHeadDim>;
+  if (pr.head_dim != kHeadDim || pr.dtype != kDType) return cudaErrorInvalidValue;
+  // Row and tile indices are 32-bit in the kernel (offsets are 64-bit); the + kBlockM headroom
+  // keeps the causal limit arithmetic (row + seqlen_k - seqlen_q) from overflowing.
+  constexpr int64_t kMaxSeqlen = INT_MAX / 2;
+  if (pr.seqlen_q > kMaxSeqlen || pr.seqlen_k > kMaxSeqlen || pr.heads_q > INT_MAX || pr.batch > INT_MAX)
+    return cudaErrorInvalidValue;
+
+  FwdParams p{};
+  p.q = pr.q;
+  p.k = pr.k;
+  p.v = pr.v;
+  p.out = pr.out;
+  p.lse = pr.lse;
+  for (int i = 0; i < 3; ++i) {
+    p.q_stride[i] = pr.q_stride[i];
+    p.k_stride[i] = pr.k_stride[i];
+    p.v_stride[i] = pr.v_stride[i];
+    p.o_stride[i] = pr.o_stride[i];
+  }
+  p.seqlen_q = static_cast<int>(pr.seqlen_q);
+  p.seqlen_k = static_cast<int>(pr.seqlen_k);
+  p.heads_q = static_cast<int>(pr.heads_q);
+  p.group = static_cast<int>(pr.group());
+  p.scale = pr.scale;
+  p.scale_log2 = pr.scale * static_cast<float>(M_LOG2E);
+
+  const int64_t num_m_blocks = (pr.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM;
+  const int64_t num_ctas = num_m_blocks * pr.heads_q * pr.batch;
+  if (num_ctas > INT_MAX) return cudaErrorInvalidConfiguration;  // grid.x limit is 2^31 - 1
+  p.num_m_blocks = static_cast<int>(num_m_blocks);
+
+  const auto kernel = pr.causal ? &fwd_mma_kernel<kDType, kHeadDim, true> : &fwd_mma_kernel<kDType, kHeadDim, false>;
+  // Above 48 KB dynamic shared memory must be opted into per kernel. Setting it on every call
+  // is cheap and stays right when the caller switches devices.
+  if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
+      e != cudaSuccess)
+    return e;
+  kernel<<<static_cast<unsigned>(num_ctas), Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p);
+  return cudaGetLastError();
 }
+
+}  // namespace hopattn::sm90
