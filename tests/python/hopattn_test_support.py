@@ -1,0 +1,51 @@
+# Shared by the binding tests: load libhopattn.so or skip the calling module (fail instead under
+# HOPATTN_REQUIRE_LIBRARY=1 / --require-library), and a float64 numpy attention to compare with.
+import os
+
+import numpy as np
+import pytest
+
+import hopattn
+
+
+def require_library_or_skip_module():
+    """Call at module level: loads the library; skips the module (or fails, if required) when absent."""
+    try:
+        hopattn.build_info()
+    except hopattn.LibraryNotFoundError as e:
+        if os.environ.get("HOPATTN_REQUIRE_LIBRARY", "") not in ("", "0"):
+            pytest.fail(f"HOPATTN_REQUIRE_LIBRARY is set but the library did not load: {e}", pytrace=False)
+        pytest.skip(f"libhopattn.so not available: {e}", allow_module_level=True)
+
+
+def causal_visible(seqlen_q, seqlen_k):
+    """(seqlen_q, seqlen_k) bool: bottom-right aligned causal mask, query i sees key j iff j <= i + sk - sq."""
+    i = np.arange(seqlen_q)[:, None]
+    j = np.arange(seqlen_k)[None, :]
+    return j <= i + (seqlen_k - seqlen_q)
+
+
+def naive_attention(q, k, v, causal=False, softmax_scale=None):
+    """The textbook formula in float64: returns out (b, sq, hq, d) and lse (b, hq, sq).
+
+    Head h of q reads kv head h // (hq // hkv); a row that sees no key gives out 0, lse -inf."""
+    q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
+    batch, seqlen_q, heads_q, head_dim = q.shape
+    seqlen_k, heads_kv = k.shape[1], k.shape[2]
+    scale = 1.0 / np.sqrt(head_dim) if softmax_scale is None else float(softmax_scale)
+    group = heads_q // heads_kv
+    k = np.repeat(k, group, axis=2)
+    v = np.repeat(v, group, axis=2)
+    scores = np.einsum("bqhd,bkhd->bhqk", q, k) * scale
+    visible = np.ones((seqlen_q, seqlen_k), dtype=bool)
+    if causal:
+        visible = causal_visible(seqlen_q, seqlen_k)
+    scores = np.where(visible, scores, -np.inf)
+    row_has_key = visible.any(axis=1)  # (sq,)
+    row_max = np.where(row_has_key[:, None], scores.max(axis=-1, keepdims=True, initial=-np.inf), 0.0)
+    with np.errstate(divide="ignore"):
+        lse = np.log(np.exp(scores - row_max).sum(axis=-1)) + row_max[..., 0]
+    probs = np.where(row_has_key[:, None], np.exp(scores - np.where(row_has_key, lse, 0.0)[..., None]), 0.0)
+    out = np.einsum("bhqk,bkhd->bqhd", probs, v)
+    lse = np.where(row_has_key, lse, -np.inf)
+    return out, lse
