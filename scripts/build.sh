@@ -5,7 +5,6 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${HOPATTN_BUILD_DIR:-$root/build}
 export CCACHE_BASEDIR=$root  # clones in other folders still hit the cache
-if [ ! -f "$build/build.ninja" ] || [ $# -gt 0 ]; then
-  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@"
-fi
+# Configure every time (about a second): it also refreshes the commit baked into version().
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
 cmake --build "$build" -j "${HOPATTN_JOBS:-$(nproc)}"

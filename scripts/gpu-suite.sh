@@ -34,6 +34,7 @@ rc=$?; summary+=("demo (rc=$rc): $(grep -E 'TFLOP/s' "$logs/demo.log" | tr '\n' 
 
 HOPATTN_REQUIRE_LIBRARY=1 PYTHONPATH=$PWD/$pack/python python3 -m pytest -q -p no:cacheprovider $pack/tests/python > "$logs/pytest.log" 2>&1
 rc=$?; summary+=("pytest (rc=$rc): $(tail -n 1 "$logs/pytest.log")")
+grep -E '^(FAILED|ERROR)|Error:|assert' "$logs/pytest.log" | head -20
 
 if [ $bench = 1 ]; then
   PYTHONPATH=$PWD/$pack/python python3 $pack/bench/compare.py --out-dir "$logs" $bench_args > "$logs/compare.log" 2>&1
