@@ -6,6 +6,12 @@
 
 #include "hopattn/hopattn.hpp"
 
+#if defined(__CUDACC__)
+#define HOPATTN_HOST_DEVICE __host__ __device__
+#else
+#define HOPATTN_HOST_DEVICE
+#endif
+
 namespace hopattn {
 
 // Strides are in elements and 64-bit, so batch*seqlen*heads*head_dim past 2^31 indexes correctly.
@@ -27,8 +33,8 @@ struct AttnProblem {
   int64_t v_stride[3] = {0, 0, 0};
   int64_t o_stride[3] = {0, 0, 0};
 
-  int64_t group() const { return heads_q / heads_kv; }  // query heads sharing one K/V head
-  bool empty() const { return batch == 0 || seqlen_q == 0 || heads_q == 0; }
+  HOPATTN_HOST_DEVICE int64_t group() const { return heads_q / heads_kv; }  // query heads sharing one K/V head
+  HOPATTN_HOST_DEVICE bool empty() const { return batch == 0 || seqlen_q == 0 || heads_q == 0; }
 };
 
 enum class Backend { kSm90, kCudaReference, kCpu };

@@ -1,6 +1,10 @@
-// Definition of run_fwd<DType, HeadDim>: builds FwdParams from the validated problem, sizes the
-// flattened grid and dynamic shared memory, and launches the mma.sync forward kernel.
+// Definition of run_fwd<DType, HeadDim>: the FlashAttention-3 warp-specialised kernel
+// (sm90/ws/) by default, else (HOPATTN_FWD_KERNEL=mma, or a shape it declines) the first-path
+// mma.sync kernel, whose launcher run_fwd_mma builds FwdParams, the flattened grid and smem size.
 #pragma once
+
+// First: the ws kernel enables CuTe's extended WGMMA N shapes, which must precede any CuTe include.
+#include "sm90/ws/fwd_ws_launch.cuh"
 
 #include <cuda_runtime.h>
 
@@ -11,11 +15,12 @@
 #include "sm90/fwd_launch.hpp"
 #include "sm90/fwd_mma_kernel.cuh"
 #include "sm90/fwd_params.hpp"
+#include "sm90/kernel_choice.hpp"
 
 namespace hopattn::sm90 {
 
 template <DType kDType, int kHeadDim>
-cudaError_t run_fwd(const AttnProblem& pr, cudaStream_t stream) {
+cudaError_t run_fwd_mma(const AttnProblem& pr, cudaStream_t stream) {
   using Cfg = FwdTileConfig<kHeadDim>;
   if (pr.head_dim != kHeadDim || pr.dtype != kDType) return cudaErrorInvalidValue;
   // Row and tile indices are 32-bit in the kernel (offsets are 64-bit); the + kBlockM headroom
@@ -56,6 +61,15 @@ cudaError_t run_fwd(const AttnProblem& pr, cudaStream_t stream) {
     return e;
   kernel<<<static_cast<unsigned>(num_ctas), Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p);
   return cudaGetLastError();
+}
+
+template <DType kDType, int kHeadDim>
+cudaError_t run_fwd(const AttnProblem& pr, cudaStream_t stream) {
+  if (forward_kernel_family() == FwdKernelFamily::kWarpSpecialized) {
+    const cudaError_t e = ws::run_fwd_ws<kDType, kHeadDim>(pr, stream);
+    if (e != cudaErrorNotSupported) return e;
+  }
+  return run_fwd_mma<kDType, kHeadDim>(pr, stream);
 }
 
 }  // namespace hopattn::sm90

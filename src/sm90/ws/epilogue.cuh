@@ -1,0 +1,93 @@
+// Forward epilogue of one consumer warpgroup: write lse (fp32, natural log) from registers, stage the
+// normalised O through shared memory (the warpgroup's own slice of the Q buffer) and store it with
+// one TMA per warpgroup, which clips rows past seqlen_q and follows the caller's strides.
+#pragma once
+
+// First: it enables CuTe's extended WGMMA N shapes, which must precede any CuTe include.
+#include "sm90/ws/tile_shape.hpp"
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+
+#include "api/problem.hpp"
+#include "sm90/ws/fragment_layout.cuh"
+#include "sm90/ws/named_barriers.hpp"
+
+namespace hopattn::sm90::ws {
+
+template <class Cfg, class Mainloop>
+struct FwdEpilogue {
+  using Element = typename Cfg::Element;
+  static constexpr int kBlockM = Cfg::kBlockM, kHeadDim = Cfg::kHeadDim;
+  using HD = cute::Int<kHeadDim>;
+  using SmemLayoutO = typename Mainloop::SmemLayoutOWarpGroup;  // one warpgroup's 64 x head_dim tile
+  // The PV GEMM of a single warpgroup: its accumulator fragment has the same register order as
+  // the multi-warpgroup one, so stmatrix can be partitioned per warpgroup (thread index % 128).
+  using MmaPVWarpGroup = decltype(cute::make_tiled_mma(typename Mainloop::AtomPV{}));
+
+  using GTensorO = decltype(cute::make_tensor(cute::make_gmem_ptr(static_cast<Element*>(nullptr)),
+                                              typename Mainloop::GShape{}, typename Mainloop::GStrideRows{}));
+  using TmaO = decltype(cute::make_tma_copy(cute::SM90_TMA_STORE{}, GTensorO{}, SmemLayoutO{},
+                                            cute::Shape<cute::_64, HD>{}, cute::_1{}));
+
+  struct Params {
+    TmaO tma_o;
+    float* lse;  // (batch, heads_q, seqlen_q) contiguous, or null
+    int seqlen_q, heads_q, batch;
+  };
+
+  static Params make_params(const AttnProblem& pr) {
+    using namespace cute;
+    auto mO = make_tensor(make_gmem_ptr(static_cast<Element*>(pr.out)),
+                          make_shape(int(pr.seqlen_q), int(kHeadDim), int(pr.heads_q), int(pr.batch)),
+                          make_stride(pr.o_stride[1], _1{}, pr.o_stride[2], pr.o_stride[0]));
+    return {make_tma_copy(SM90_TMA_STORE{}, mO, SmemLayoutO{}, Shape<_64, HD>{}, _1{}), pr.lse, int(pr.seqlen_q),
+            int(pr.heads_q), int(pr.batch)};
+  }
+
+  // tOrO: normalised fp32 O of this thread (PV accumulator layout); lse: per held row.
+  // Returns with this warpgroup's smem slice free again (the TMA store has read it).
+  template <class FragO, int kRows>
+  __device__ static void store(const Params& p, typename Mainloop::SharedStorage& ss, int thread_idx,
+                               int m_block, int head, int batch, const FragO& tOrO, const float (&lse)[kRows]) {
+    using namespace cute;
+    const int wg = thread_idx / 128;
+    const int wg_thread = thread_idx % 128;
+
+    // Registers -> smem with stmatrix (8x8 16-bit tiles, matching the accumulator ownership).
+    Tensor sO = make_tensor(make_smem_ptr(ss.q.data() + wg * cosize_v<SmemLayoutO>), SmemLayoutO{});
+    Tensor tOrO16 = make_tensor_like<Element>(tOrO);
+    convert_fragment(tOrO, tOrO16);
+    auto smem_copy = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, MmaPVWarpGroup{});
+    auto thr_copy = smem_copy.get_thread_slice(wg_thread);
+    copy(smem_copy, thr_copy.retile_S(tOrO16), thr_copy.partition_D(sO));
+    // Make the generic-proxy smem writes visible to the TMA (async proxy), then let one thread
+    // store once the whole warpgroup has written.
+    cutlass::arch::fence_view_async_shared();
+    cutlass::arch::NamedBarrier::sync(128, barrier_id(FwdBarrier::kEpilogueWG0, wg));
+    if (wg_thread == 0) {
+      Tensor mO = p.tma_o.get_tma_tensor(make_shape(p.seqlen_q, int(kHeadDim), p.heads_q, p.batch));
+      Tensor gO = local_tile(mO(_, _, head, batch), Shape<_64, HD>{}, make_coord(m_block * (kBlockM / 64) + wg, _0{}));
+      auto cta = p.tma_o.get_slice(_0{});
+      copy(p.tma_o, cta.partition_S(sO), cta.partition_D(gO));
+      tma_store_arrive();
+    }
+
+    if (p.lse != nullptr) {
+      // The thread holding column 0 of a row (one per quad) writes that row's lse.
+      typename Mainloop::TiledMmaPV mma_pv;
+      Tensor tOcO = acc_rowcol(mma_pv.get_thread_slice(thread_idx)
+                                   .partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{})));
+      float* lse_rows = p.lse + (int64_t(batch) * p.heads_q + head) * p.seqlen_q;
+      CUTE_UNROLL
+      for (int r = 0; r < kRows; ++r) {
+        const int row = m_block * kBlockM + get<0>(tOcO(r, 0));
+        if (get<1>(tOcO(r, 0)) == 0 && row < p.seqlen_q) lse_rows[row] = lse[r];
+      }
+    }
+    // The smem slice is reused (next tile's Q) only after the store has finished reading it.
+    if (wg_thread == 0) tma_store_wait<0>();
+  }
+};
+
+}  // namespace hopattn::sm90::ws

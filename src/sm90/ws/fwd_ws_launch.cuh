@@ -1,0 +1,74 @@
+// Host side of the warp-specialised (FlashAttention-3) forward: builds the TMA descriptors and
+// kernel parameters from a validated AttnProblem, sizes the grid (per tile or one CTA per SM for
+// the persistent schedule) and launches. run_fwd_ws is what dispatch calls.
+#pragma once
+
+// First: it enables CuTe's extended WGMMA N shapes, which must precede any CuTe include.
+#include "sm90/ws/tile_shape.hpp"
+
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cstdint>
+
+#include "api/problem.hpp"
+#include "sm90/ws/kernel.cuh"
+
+namespace hopattn::sm90::ws {
+
+// Launches one configuration; kFlags picks the stage (kStageA/B/C in tile_shape.hpp).
+template <DType kDType, int kHeadDim, bool kCausal, unsigned kFlags>
+cudaError_t launch_fwd_ws(const AttnProblem& pr, cudaStream_t stream) {
+  using Cfg = FwdWsConfig<kDType, kHeadDim, kCausal, kFlags>;
+  using K = FwdWsKernel<Cfg>;
+  using Element = typename Cfg::Element;
+
+  typename K::Params params{};
+  params.mainloop = K::Mainloop::make_params(pr);
+  params.epilogue = K::Epilogue::make_params(pr);
+  const int64_t num_m_blocks = (pr.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM;
+  if (num_m_blocks * pr.heads_q * pr.batch > INT_MAX) return cudaErrorInvalidConfiguration;
+  params.order = {int(num_m_blocks), int(pr.heads_q), int(pr.batch)};
+
+  int grid = params.order.num_tiles();
+  if constexpr (Cfg::kPersistent) {
+    int device = 0, num_sms = 0;
+    if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
+    if (cudaError_t e = cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device); e != cudaSuccess)
+      return e;
+    grid = K::Scheduler::grid_size(params.order, num_sms);
+  }
+
+  auto kernel = &fwd_ws_kernel<Cfg>;
+  // Above 48 KB, dynamic shared memory must be opted into per kernel.
+  if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, K::kSmemBytes);
+      e != cudaSuccess)
+    return e;
+  kernel<<<grid, Cfg::kNumThreads, K::kSmemBytes, stream>>>(params);
+  return cudaGetLastError();
+}
+
+#ifndef HOPATTN_WS_STAGE
+#define HOPATTN_WS_STAGE kStageC  // build-time default schedule; the probe overrides per call
+#endif
+
+// The dispatch entry point. Returns cudaErrorNotSupported for what this path cannot do, so the
+// caller can fall back to another kernel.
+template <DType kDType, int kHeadDim, unsigned kFlags = HOPATTN_WS_STAGE>
+cudaError_t run_fwd_ws(const AttnProblem& pr, cudaStream_t stream) {
+  if constexpr (!(kDType == DType::kBF16 || kDType == DType::kFP16) ||
+                !(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256)) {
+    return cudaErrorNotSupported;
+  } else {
+    if (pr.dtype != kDType || pr.head_dim != kHeadDim) return cudaErrorInvalidValue;
+    // Sequence, head and tile indices are 32-bit in the kernel (TMA coordinates are 32-bit too);
+    // the halved range keeps row + seqlen_k - seqlen_q from overflowing in the causal limit.
+    constexpr int64_t kMaxIndex = INT_MAX / 2;
+    if (pr.seqlen_q > kMaxIndex || pr.seqlen_k > kMaxIndex || pr.heads_q > kMaxIndex || pr.batch > kMaxIndex)
+      return cudaErrorNotSupported;
+    return pr.causal ? launch_fwd_ws<kDType, kHeadDim, true, kFlags>(pr, stream)
+                     : launch_fwd_ws<kDType, kHeadDim, false, kFlags>(pr, stream);
+  }
+}
+
+}  // namespace hopattn::sm90::ws

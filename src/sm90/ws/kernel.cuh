@@ -1,0 +1,148 @@
+// The warp-specialised forward kernel: warpgroup 0 is the producer (one warp issues every TMA load,
+// registers given away with setmaxnreg), warpgroups 1.. are consumers that each own 64 query rows
+// of the tile. Both sides walk the same static tile sequence, one tile (flattened grid) or many.
+#pragma once
+
+// First: it enables CuTe's extended WGMMA N shapes, which must precede any CuTe include.
+#include "sm90/ws/tile_shape.hpp"
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/arch/reg_reconfig.h>
+#include <cutlass/pipeline/pipeline.hpp>
+
+#include "sm90/ws/epilogue.cuh"
+#include "sm90/ws/mainloop.cuh"
+#include "sm90/ws/named_barriers.hpp"
+#include "sm90/ws/tile_scheduler.hpp"
+
+namespace hopattn::sm90::ws {
+
+template <class Cfg>
+struct FwdWsKernel {
+  using Mainloop = FwdMainloop<Cfg>;
+  using Epilogue = FwdEpilogue<Cfg, Mainloop>;
+  using Scheduler = StaticTileScheduler<Cfg::kCausalMask, Cfg::kPersistent>;
+  using SharedStorage = typename Mainloop::SharedStorage;
+  static constexpr int kSmemBytes = int(sizeof(SharedStorage));
+  static_assert(kSmemBytes <= 227 * 1024, "tile does not fit in shared memory");
+
+  struct Params {
+    typename Mainloop::Params mainloop;
+    typename Epilogue::Params epilogue;
+    TileOrder<Cfg::kCausalMask> order;
+  };
+};
+
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::kNumThreads, 1)
+    fwd_ws_kernel(const __grid_constant__ typename FwdWsKernel<Cfg>::Params params) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  using K = FwdWsKernel<Cfg>;
+  using Mainloop = typename K::Mainloop;
+  using Pipeline = typename Mainloop::Pipeline;
+  using PipelineState = typename Mainloop::PipelineState;
+  using namespace cute;
+
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  auto& ss = *reinterpret_cast<typename K::SharedStorage*>(smem_raw);
+  const auto& mp = params.mainloop;
+
+  const int warp_group = cutlass::canonical_warp_group_idx();
+
+  if (threadIdx.x == 0) {
+    cute::prefetch_tma_descriptor(mp.tma_q.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(mp.tma_k.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(mp.tma_v.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(params.epilogue.tma_o.get_tma_descriptor());
+    cutlass::arch::ClusterTransactionBarrier::init(&ss.barrier_q, 1);
+  }
+  typename Pipeline::Params pipe_params;
+  pipe_params.transaction_bytes = Mainloop::kKVBytes;
+  pipe_params.role = warp_group == 0 ? Pipeline::ThreadCategory::Producer : Pipeline::ThreadCategory::Consumer;
+  pipe_params.is_leader = threadIdx.x == 0;  // the one thread that issues TMA
+  pipe_params.num_consumers = Cfg::kNumMmaThreads;
+  Pipeline pipe_k(ss.pipe_k, pipe_params, Shape<_1, _1, _1>{});
+  Pipeline pipe_v(ss.pipe_v, pipe_params, Shape<_1, _1, _1>{});
+  __syncthreads();  // barrier inits visible before anyone waits on them
+
+  // Nothing computed above may stay live across setmaxnreg: a register above the new budget
+  // would be spilled around it. So each role builds its own scheduler and mask afterwards.
+  if (warp_group == 0) {
+    cutlass::arch::warpgroup_reg_dealloc<Cfg::kProducerRegs>();
+    if (cutlass::canonical_warp_idx_sync() % 4 != 0) return;
+    const typename Mainloop::Mask mask{mp.seqlen_q, mp.seqlen_k};
+    typename K::Scheduler sched(params.order);
+    // elect.sync picks lane 0 (the warp is converged at every call), the thread named is_leader
+    // above; electing rather than testing the lane id keeps TMA operands in uniform registers,
+    // and re-electing at each use keeps the predicate out of the 24-register producer budget.
+    PipelineState st = cutlass::make_producer_start_state<Pipeline>();
+    bool first = true;
+    for (; sched.valid(); sched.advance(), first = false) {
+      const WorkTile t = sched.tile();
+      const int n_end = mask.n_block_end(t.m_block);
+      const typename Mainloop::Loader loader{mp, ss, t.head, t.batch};
+      // The first K block does not depend on the Q buffer: issue it before waiting for the
+      // previous tile's epilogue to release that buffer.
+      if (n_end > 0 && cute::elect_one_sync()) loader.load_k(pipe_k, st, n_end - 1);
+      if (!first) {
+        cutlass::arch::NamedBarrier::sync(Cfg::kNumMmaThreads + 32, barrier_id(FwdBarrier::kQueryEmpty));
+      }
+      if (n_end > 0 && cute::elect_one_sync()) {
+        loader.load_q(t.m_block);
+        loader.load_v(pipe_v, st, n_end - 1);
+        ++st;
+        for (int n = n_end - 2; n >= 0; --n) {
+          loader.load_k(pipe_k, st, n);
+          loader.load_v(pipe_v, st, n);
+          ++st;
+        }
+      }
+      __syncwarp();
+    }
+    // Keep the producer alive until the consumers have released every stage it filled.
+    if (cute::elect_one_sync()) pipe_k.producer_tail(st);
+    __syncwarp();
+  } else {
+    cutlass::arch::warpgroup_reg_alloc<Cfg::kConsumerRegs>();
+    const typename Mainloop::Mask mask{mp.seqlen_q, mp.seqlen_k};
+    typename K::Scheduler sched(params.order);
+    const int thread_idx = threadIdx.x - 128;
+    const int wg = thread_idx / 128;
+    typename Mainloop::TiledMmaPV mma_pv;
+    PipelineState st;
+    uint32_t q_phase = 0;
+    if constexpr (Cfg::kPingPong) {
+      // The last warpgroup hands the first turn to warpgroup 0.
+      if (wg == Cfg::kNumConsumerWG - 1) cutlass::arch::NamedBarrier::arrive(256, barrier_id(FwdBarrier::kGemmTurnWG0, 0));
+    }
+    for (; sched.valid(); sched.advance()) {
+      const WorkTile t = sched.tile();
+      const int n_end = mask.n_block_end(t.m_block);
+      Tensor tOrO = partition_fragment_C(mma_pv, Shape<Int<Cfg::kBlockM>, Int<Cfg::kHeadDim>>{});
+      typename Mainloop::Softmax softmax(mp.scale_log2);
+      if (n_end > 0) {
+        Mainloop::mma_tile(mp, ss, pipe_k, pipe_v, st, q_phase, thread_idx, t.m_block, n_end, tOrO, softmax);
+        q_phase ^= 1u;
+      } else {
+        clear(tOrO);  // no visible key: O = 0, lse = -inf (sum stays 0)
+      }
+      float lse[Mainloop::kRowsPerThread];
+      auto o_rc = acc_rowcol(tOrO);
+      softmax.finalize(o_rc, mp.scale, lse);
+      K::Epilogue::store(params.epilogue, ss, thread_idx, t.m_block, t.head, t.batch, tOrO, lse);
+      if (sched.has_next()) {
+        // The Q/O buffer is free (the O store has read it): the producer may load the next Q.
+        cutlass::arch::NamedBarrier::arrive(Cfg::kNumMmaThreads + 32, barrier_id(FwdBarrier::kQueryEmpty));
+      }
+    }
+    if constexpr (Cfg::kPingPong) {
+      // Consume the turn the last warpgroup passed after its final GEMMs, so no arrival is left
+      // pending on the barrier when the CTA exits.
+      if (wg == 0) cutlass::arch::NamedBarrier::sync(256, barrier_id(FwdBarrier::kGemmTurnWG0, 0));
+    }
+  }
+#endif
+}
+
+}  // namespace hopattn::sm90::ws

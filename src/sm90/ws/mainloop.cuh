@@ -1,0 +1,312 @@
+// The forward main loop of one query tile: the producer warp's TMA loads (Q once, K/V per key block
+// into a kStages-deep ring guarded by PipelineTmaAsync full/empty mbarriers) and the consumer
+// warpgroups' WGMMAs (S = Q K^T from smem, O += P V with P from registers) around the softmax.
+#pragma once
+
+// First: it enables CuTe's extended WGMMA N shapes, which must precede any CuTe include.
+#include "sm90/ws/tile_shape.hpp"
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/pipeline/pipeline.hpp>
+
+#include "api/problem.hpp"
+#include "sm90/ws/fragment_layout.cuh"
+#include "sm90/ws/mask.cuh"
+#include "sm90/ws/named_barriers.hpp"
+#include "sm90/ws/softmax.cuh"
+
+namespace hopattn::sm90::ws {
+
+// Issues one warpgroup-wide WGMMA sequence over the K mode and commits it as one batch; the caller
+// decides when to wait (warpgroup_wait<N>), which is what lets GEMMs overlap the softmax.
+template <bool kZeroInit, class TiledMma, class TA, class TB, class TC>
+__device__ __forceinline__ void wgmma_issue(TiledMma& mma, TA& a, const TB& b, TC& c) {
+  using namespace cute;
+  constexpr bool kRegA = !is_same_v<typename TA::value_type, GmmaDescriptor>;  // P in registers
+  if constexpr (kRegA) warpgroup_fence_operand(a);  // keep P's conversion before the async read
+  warpgroup_fence_operand(c);
+  warpgroup_arrive();
+  if constexpr (kZeroInit) mma.accumulate_ = GMMA::ScaleOut::Zero;
+  CUTE_UNROLL
+  for (int k = 0; k < size<2>(a); ++k) {
+    gemm(mma, a(_, _, k), b(_, _, k), c);
+    mma.accumulate_ = GMMA::ScaleOut::One;
+  }
+  warpgroup_commit_batch();
+  warpgroup_fence_operand(c);
+  if constexpr (kRegA) warpgroup_fence_operand(a);
+}
+
+template <class Cfg>
+struct FwdMainloop {
+  using Element = typename Cfg::Element;
+  static constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kHeadDim = Cfg::kHeadDim;
+  static constexpr int kStages = Cfg::kStages;
+  using BM = cute::Int<kBlockM>;
+  using BN = cute::Int<kBlockN>;
+  using HD = cute::Int<kHeadDim>;
+
+  // 128-byte swizzle: WGMMA reads 8x(64 x 16-bit) core matrices bank-conflict free, and TMA writes
+  // the same layout. Q/K are K-major (head_dim contiguous). V is stored as it is in gmem (head_dim
+  // contiguous) and used directly as the MN-major B operand of O = P V (16-bit WGMMA can
+  // transpose B), so no transpose pass is needed: its smem shape is (head_dim, keys, stage).
+  // Q's swizzle atoms (8 rows x 64 columns) are laid out along head_dim first, so every 64-row
+  // warpgroup slice is one contiguous block: the epilogue reuses a warpgroup's slice for its O tile
+  // (and TMA-stores it) while other warpgroups may still be reading their Q rows.
+  using SmemLayoutQ = decltype(cute::tile_to_shape(cute::GMMA::Layout_K_SW128_Atom<Element>{}, cute::Shape<BM, HD>{},
+                                                   cute::Step<cute::_2, cute::_1>{}));
+  using SmemLayoutOWarpGroup = decltype(cute::tile_to_shape(cute::GMMA::Layout_K_SW128_Atom<Element>{},
+                                                            cute::Shape<cute::_64, HD>{}, cute::Step<cute::_2, cute::_1>{}));
+  using SmemLayoutK = decltype(cute::tile_to_shape(cute::GMMA::Layout_K_SW128_Atom<Element>{},
+                                                   cute::Shape<BN, HD, cute::Int<kStages>>{}));
+  // V's atoms (64 head_dim x 8 keys) run along keys first, so one TMA box covers 64 head_dim
+  // columns of all kBlockN keys (head_dim-first order would cut boxes to 8 keys each).
+  using SmemLayoutVt = decltype(cute::tile_to_shape(cute::GMMA::Layout_MN_SW128_Atom<Element>{},
+                                                    cute::Shape<HD, BN, cute::Int<kStages>>{},
+                                                    cute::Step<cute::_2, cute::_1, cute::_3>{}));
+
+  // One 64-row WGMMA atom per consumer warpgroup, stacked along M.
+  using WarpGroupsAlongM = cute::Layout<cute::Shape<cute::Int<Cfg::kNumConsumerWG>, cute::_1, cute::_1>>;
+  using AtomQK = decltype(cute::GMMA::ss_op_selector<Element, Element, float, cute::Shape<cute::_64, BN, HD>>());
+  using AtomPV = decltype(cute::GMMA::rs_op_selector<Element, Element, float, cute::Shape<cute::_64, HD, BN>,
+                                                     cute::GMMA::Major::K, cute::GMMA::Major::MN>());
+  using TiledMmaQK = decltype(cute::make_tiled_mma(AtomQK{}, WarpGroupsAlongM{}));
+  using TiledMmaPV = decltype(cute::make_tiled_mma(AtomPV{}, WarpGroupsAlongM{}));
+  static_assert(cute::size<1>(typename TiledMmaQK::AtomShape_MNK{}) == kBlockN,
+                "S GEMM must be one WGMMA wide: include sm90/ws headers before any CuTe header, or "
+                "compile with -DCUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED");
+  static_assert(cute::size<1>(typename TiledMmaPV::AtomShape_MNK{}) == kHeadDim, "O GEMM must be one WGMMA wide");
+
+  // Global views: Q/K as (seq, head_dim, head, batch), V as (head_dim, seq, head, batch), from the
+  // caller's strides, so any strided view TMA can address works (strides are 16-byte multiples).
+  using GShape = cute::Shape<int32_t, int32_t, int32_t, int32_t>;
+  using GStrideRows = cute::Stride<int64_t, cute::_1, int64_t, int64_t>;
+  using GStrideCols = cute::Stride<cute::_1, int64_t, int64_t, int64_t>;
+  template <class Stride>
+  using GTensor = decltype(cute::make_tensor(cute::make_gmem_ptr(static_cast<const Element*>(nullptr)), GShape{}, Stride{}));
+  using TmaQ = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GTensor<GStrideRows>{}, SmemLayoutQ{},
+                                            cute::Shape<BM, HD>{}, cute::_1{}));
+  using TmaK = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GTensor<GStrideRows>{},
+                                            cute::take<0, 2>(SmemLayoutK{}), cute::Shape<BN, HD>{}, cute::_1{}));
+  using TmaV = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GTensor<GStrideCols>{},
+                                            cute::take<0, 2>(SmemLayoutVt{}), cute::Shape<HD, BN>{}, cute::_1{}));
+
+  static constexpr uint32_t kQBytes = kBlockM * kHeadDim * sizeof(Element);
+  static constexpr uint32_t kKVBytes = kBlockN * kHeadDim * sizeof(Element);
+
+  using Pipeline = cutlass::PipelineTmaAsync<kStages>;
+  using PipelineState = typename Pipeline::PipelineState;
+
+  struct SharedStorage {
+    // Q, and after the last S GEMM of a tile, that tile's O on its way to gmem.
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> k;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutVt>, 1024> v;
+    typename Pipeline::SharedStorage pipe_k;
+    typename Pipeline::SharedStorage pipe_v;
+    uint64_t barrier_q;  // ClusterTransactionBarrier storage: Q arrived
+  };
+
+  struct Params {
+    TmaQ tma_q;
+    TmaK tma_k;
+    TmaV tma_v;
+    int seqlen_q, seqlen_k, heads_q, heads_kv, batch, group;
+    float scale, scale_log2;
+  };
+
+  static Params make_params(const AttnProblem& pr) {
+    using namespace cute;
+    const int sq = int(pr.seqlen_q), sk = int(pr.seqlen_k), hq = int(pr.heads_q), hk = int(pr.heads_kv);
+    const int b = int(pr.batch);
+    auto mQ = make_tensor(make_gmem_ptr(static_cast<const Element*>(pr.q)), make_shape(sq, kHeadDim, hq, b),
+                          make_stride(pr.q_stride[1], _1{}, pr.q_stride[2], pr.q_stride[0]));
+    auto mK = make_tensor(make_gmem_ptr(static_cast<const Element*>(pr.k)), make_shape(sk, kHeadDim, hk, b),
+                          make_stride(pr.k_stride[1], _1{}, pr.k_stride[2], pr.k_stride[0]));
+    auto mVt = make_tensor(make_gmem_ptr(static_cast<const Element*>(pr.v)), make_shape(kHeadDim, sk, hk, b),
+                           make_stride(_1{}, pr.v_stride[1], pr.v_stride[2], pr.v_stride[0]));
+    Params p{make_tma_copy(SM90_TMA_LOAD{}, mQ, SmemLayoutQ{}, Shape<BM, HD>{}, _1{}),
+             make_tma_copy(SM90_TMA_LOAD{}, mK, take<0, 2>(SmemLayoutK{}), Shape<BN, HD>{}, _1{}),
+             make_tma_copy(SM90_TMA_LOAD{}, mVt, take<0, 2>(SmemLayoutVt{}), Shape<HD, BN>{}, _1{}),
+             sq, sk, hq, hk, b, int(pr.group()), pr.scale, pr.scale * 1.4426950408889634f};
+    return p;
+  }
+
+  // ---- producer (one thread of the producer warp) -------------------------------------------------
+
+  // TMA issue for one tile (Q once; K/V for blocks n_end-1 down to 0, the order the consumers visit
+  // them: the masked diagonal/boundary blocks first). Called by a single thread.
+  struct Loader {
+    const Params& p;
+    SharedStorage& ss;
+    int head, batch;
+
+    __device__ auto k_src() const {
+      using namespace cute;
+      Tensor mK = p.tma_k.get_tma_tensor(make_shape(p.seqlen_k, int(kHeadDim), p.heads_kv, p.batch));
+      Tensor gK = local_tile(mK(_, _, head / p.group, batch), Shape<BN, HD>{}, make_coord(_, _0{}));
+      return p.tma_k.get_slice(_0{}).partition_S(gK);  // (TMA, 1, 1, n_block)
+    }
+    __device__ auto v_src() const {
+      using namespace cute;
+      Tensor mV = p.tma_v.get_tma_tensor(make_shape(int(kHeadDim), p.seqlen_k, p.heads_kv, p.batch));
+      Tensor gV = local_tile(mV(_, _, head / p.group, batch), Shape<HD, BN>{}, make_coord(_0{}, _));
+      return p.tma_v.get_slice(_0{}).partition_S(gV);  // (TMA, 1, 1, n_block)
+    }
+
+    __device__ void load_q(int m_block) const {
+      using namespace cute;
+      Tensor mQ = p.tma_q.get_tma_tensor(make_shape(p.seqlen_q, int(kHeadDim), p.heads_q, p.batch));
+      Tensor gQ = local_tile(mQ(_, _, head, batch), Shape<BM, HD>{}, make_coord(m_block, _0{}));
+      Tensor sQ = make_tensor(make_smem_ptr(ss.q.data()), SmemLayoutQ{});
+      auto cta = p.tma_q.get_slice(_0{});
+      cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&ss.barrier_q, kQBytes);
+      copy(p.tma_q.with(ss.barrier_q), cta.partition_S(gQ), cta.partition_D(sQ));
+    }
+
+    __device__ void load_k(Pipeline& pipe, PipelineState st, int n_block) const {
+      using namespace cute;
+      Tensor sK = make_tensor(make_smem_ptr(ss.k.data()), SmemLayoutK{});
+      Tensor tKsK = p.tma_k.get_slice(_0{}).partition_D(sK);
+      pipe.producer_acquire(st);
+      copy(p.tma_k.with(*pipe.producer_get_barrier(st)), k_src()(_, _, _, n_block), tKsK(_, _, _, st.index()));
+    }
+
+    __device__ void load_v(Pipeline& pipe, PipelineState st, int n_block) const {
+      using namespace cute;
+      Tensor sV = make_tensor(make_smem_ptr(ss.v.data()), SmemLayoutVt{});
+      Tensor tVsV = p.tma_v.get_slice(_0{}).partition_D(sV);
+      pipe.producer_acquire(st);
+      copy(p.tma_v.with(*pipe.producer_get_barrier(st)), v_src()(_, _, _, n_block), tVsV(_, _, _, st.index()));
+    }
+  };
+
+  // ---- consumers (all kNumMmaThreads threads) -----------------------------------------------------
+
+  using Mask = FwdMask<kBlockM, kBlockN, Cfg::kCausalMask>;
+  static constexpr int kRowsPerThread = 2;  // rows of a 64-row WGMMA accumulator held per thread
+  using Softmax = OnlineSoftmax<kRowsPerThread>;
+
+  // Hands the tensor cores to the next consumer warpgroup (ping-pong). Warpgroup w waits on its
+  // own turn barrier before issuing GEMMs and passes the turn on right after issuing them, so its
+  // softmax runs while the next warpgroup's GEMMs execute.
+  struct GemmTurn {
+    int wg;
+    __device__ void wait() const {
+      if constexpr (Cfg::kPingPong)
+        cutlass::arch::NamedBarrier::sync(256, barrier_id(FwdBarrier::kGemmTurnWG0, wg));
+    }
+    __device__ void pass() const {
+      if constexpr (Cfg::kPingPong)
+        cutlass::arch::NamedBarrier::arrive(256, barrier_id(FwdBarrier::kGemmTurnWG0, (wg + 1) % Cfg::kNumConsumerWG));
+    }
+  };
+
+  // Runs key blocks n_end-1 .. 0 of one query tile; on return tOrO holds the unnormalised O and
+  // softmax the row max/sum. `st` is the shared K/V ring position, advanced by n_end.
+  template <class FragO>
+  __device__ static void mma_tile(const Params& p, SharedStorage& ss, Pipeline& pipe_k, Pipeline& pipe_v,
+                                  PipelineState& st, uint32_t q_phase, int thread_idx, int m_block, int n_end,
+                                  FragO& tOrO, Softmax& softmax) {
+    using namespace cute;
+    TiledMmaQK mma_qk;
+    TiledMmaPV mma_pv;
+    auto thr_qk = mma_qk.get_thread_slice(thread_idx);
+    auto thr_pv = mma_pv.get_thread_slice(thread_idx);
+    Tensor sQ = make_tensor(make_smem_ptr(ss.q.data()), SmemLayoutQ{});
+    Tensor sK = make_tensor(make_smem_ptr(ss.k.data()), SmemLayoutK{});
+    Tensor sV = make_tensor(make_smem_ptr(ss.v.data()), SmemLayoutVt{});
+    Tensor tSrQ = thr_qk.partition_fragment_A(sQ);  // smem descriptors
+    Tensor tSrK = thr_qk.partition_fragment_B(sK);
+    Tensor tOrV = thr_pv.partition_fragment_B(sV);
+    Tensor tScS = thr_qk.partition_C(make_identity_tensor(Shape<BM, BN>{}));
+    Tensor tSrS = partition_fragment_C(mma_qk, Shape<BM, BN>{});
+    auto s_rc = acc_rowcol(tSrS);
+    auto c_rc = acc_rowcol(tScS);
+    auto o_rc = acc_rowcol(tOrO);
+    Tensor tOrP = cute::make_tensor<Element>(acc_to_a_operand_layout(tSrS.layout()));
+    const Mask mask{p.seqlen_q, p.seqlen_k};
+    const GemmTurn turn{thread_idx / 128};
+
+    auto to_p = [&]() { convert_fragment(tSrS, tOrP); };  // P = 16-bit(S) as the A operand
+    auto masked_softmax = [&](int n_block, float (&factor)[kRowsPerThread]) {
+      if (mask.block_needs_mask(m_block, n_block)) mask.apply(s_rc, c_rc, m_block, n_block);
+      softmax.update(s_rc, factor);
+    };
+
+    // Q was issued by the producer for this tile; its barrier completes once per loaded tile,
+    // so the caller flips q_phase after every tile that has key blocks.
+    cutlass::arch::ClusterTransactionBarrier::wait(&ss.barrier_q, q_phase);
+
+    if constexpr (!Cfg::kIntraWGOverlap) {
+      clear(tOrO);
+      for (int n = n_end - 1; n >= 0; --n) {
+        pipe_k.consumer_wait(st);
+        wgmma_issue<true>(mma_qk, tSrQ, tSrK(_, _, _, st.index()), tSrS);
+        warpgroup_wait<0>();
+        pipe_k.consumer_release(st);
+        float factor[kRowsPerThread];
+        masked_softmax(n, factor);
+        softmax.rescale(o_rc, factor);
+        to_p();
+        pipe_v.consumer_wait(st);
+        wgmma_issue<false>(mma_pv, tOrP, tOrV(_, _, _, st.index()), tOrO);
+        warpgroup_wait<0>();
+        pipe_v.consumer_release(st);
+        ++st;
+      }
+    } else {
+      // Algorithm 2 of the paper: S_{j-1} = Q K_{j-1}^T is issued together with O += P_j V_j;
+      // the softmax of S_{j-1} runs while O's GEMM is still executing, and only the O rescale
+      // waits for it. The first block has no PV partner; the last PV has no S partner.
+      int n = n_end - 1;
+      pipe_k.consumer_wait(st);
+      turn.wait();
+      wgmma_issue<true>(mma_qk, tSrQ, tSrK(_, _, _, st.index()), tSrS);
+      turn.pass();
+      warpgroup_wait<0>();
+      pipe_k.consumer_release(st);
+      {
+        float factor[kRowsPerThread];
+        masked_softmax(n, factor);  // O is still empty: nothing to rescale
+      }
+      to_p();
+      for (--n; n >= 0; --n) {
+        PipelineState st_v = st;  // V of the block whose P is in tOrP
+        ++st;
+        pipe_k.consumer_wait(st);
+        pipe_v.consumer_wait(st_v);
+        turn.wait();
+        wgmma_issue<true>(mma_qk, tSrQ, tSrK(_, _, _, st.index()), tSrS);
+        if (n == n_end - 2) {
+          wgmma_issue<true>(mma_pv, tOrP, tOrV(_, _, _, st_v.index()), tOrO);
+        } else {
+          wgmma_issue<false>(mma_pv, tOrP, tOrV(_, _, _, st_v.index()), tOrO);
+        }
+        turn.pass();
+        warpgroup_wait<1>();  // S done, PV may still run
+        pipe_k.consumer_release(st);
+        float factor[kRowsPerThread];
+        masked_softmax(n, factor);
+        warpgroup_wait<0>();
+        pipe_v.consumer_release(st_v);
+        softmax.rescale(o_rc, factor);
+        to_p();
+      }
+      pipe_v.consumer_wait(st);
+      turn.wait();
+      if (n_end == 1) {
+        wgmma_issue<true>(mma_pv, tOrP, tOrV(_, _, _, st.index()), tOrO);
+      } else {
+        wgmma_issue<false>(mma_pv, tOrP, tOrV(_, _, _, st.index()), tOrO);
+      }
+      turn.pass();
+      warpgroup_wait<0>();
+      pipe_v.consumer_release(st);
+      ++st;
+    }
+  }
+};
+
+}  // namespace hopattn::sm90::ws

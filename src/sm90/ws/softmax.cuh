@@ -1,0 +1,108 @@
+// Online softmax over the rows of a WGMMA score fragment, in base 2: p = 2^(s*scale*log2e - m'),
+// one FFMA + one MUFU.EX2 per score. Row max and sum stay in registers; the four threads of a quad
+// that share a row combine their maxima by shuffles, sums only once at the end.
+#pragma once
+
+#include <cute/tensor.hpp>
+
+#include <cmath>
+
+namespace hopattn::sm90::ws {
+
+// exp2f without -ftz adds denormal range handling around MUFU.EX2; the results feed a 16-bit
+// P and an fp32 sum, where denormals do not matter, so use the bare instruction.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Threads 4k..4k+3 of a warp hold the same accumulator rows (WGMMA C layout).
+__device__ __forceinline__ float quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+__device__ __forceinline__ float quad_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+// kRows: accumulator rows held by one thread (2 per 64-row warpgroup tile).
+template <int kRows>
+struct OnlineSoftmax {
+  float row_max[kRows];  // running max of raw (unscaled) scores; -inf until a key is seen
+  float row_sum[kRows];  // this thread's partial sum of p, relative to row_max
+  float scale_log2;      // softmax scale * log2(e)
+
+  __device__ explicit OnlineSoftmax(float scale_log2_) : scale_log2(scale_log2_) {
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      row_max[r] = -INFINITY;
+      row_sum[r] = 0.f;
+    }
+  }
+
+  // Turns scores s into p = exp2(s*scale_log2 - max*scale_log2) in place, updates the running
+  // max and sum, and returns in factor[] what the O rows must be multiplied by (1 when the max
+  // did not move). Does not touch O, so that the PV GEMM of the previous block may still be in
+  // flight (the overlapped schedule rescales O only after waiting for it).
+  template <class Scores>
+  __device__ __forceinline__ void update(Scores& s_rc, float (&factor)[kRows]) {
+    using namespace cute;
+    static_assert(decltype(size<0>(s_rc))::value == kRows);
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      float m = row_max[r];
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(s_rc); ++c) m = fmaxf(m, s_rc(r, c));
+      m = quad_max(m);
+      // A row that has seen no key yet keeps max -inf: use 0 as the exponent offset so that
+      // exp2(-inf - 0) = 0 instead of exp2(-inf + inf) = NaN, and leave O's factor at 1.
+      const float m_scaled = m == -INFINITY ? 0.f : m * scale_log2;
+      factor[r] = m == -INFINITY ? 1.f : fast_exp2((row_max[r] - m) * scale_log2);
+      row_max[r] = m;
+      float sum = 0.f;
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(s_rc); ++c) {
+        const float p = fast_exp2(fmaf(s_rc(r, c), scale_log2, -m_scaled));
+        s_rc(r, c) = p;
+        sum += p;
+      }
+      row_sum[r] = row_sum[r] * factor[r] + sum;
+    }
+  }
+
+  // O rows *= factor. Skipped by the whole warp when no row of it changed its max, which after
+  // the first few key blocks is the common case.
+  template <class Acc>
+  __device__ __forceinline__ void rescale(Acc& o_rc, const float (&factor)[kRows]) const {
+    using namespace cute;
+    bool changed = false;
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) changed |= factor[r] != 1.f;
+    if (!__any_sync(0xffffffffu, changed)) return;
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(o_rc); ++c) o_rc(r, c) *= factor[r];
+    }
+  }
+
+  // Final normalisation: O rows *= 1/sum, and lse (natural log) per row. A row that saw no key
+  // (sum 0) gets O = 0 and lse = -inf, never NaN.
+  template <class Acc>
+  __device__ __forceinline__ void finalize(Acc& o_rc, float softmax_scale, float (&lse)[kRows]) {
+    using namespace cute;
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      const float sum = quad_sum(row_sum[r]);
+      const bool empty = !(sum > 0.f);
+      const float inv = empty ? 0.f : 1.f / sum;
+      lse[r] = empty ? -INFINITY : row_max[r] * softmax_scale + logf(sum);
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(o_rc); ++c) o_rc(r, c) *= inv;
+    }
+  }
+};
+
+}  // namespace hopattn::sm90::ws

@@ -1,0 +1,73 @@
+// Tile sizes, pipeline depth, warp-group counts and the optimisation switches of the warp-specialised
+// (FlashAttention-3) forward kernel: the one place that decides them per (dtype, head dim, causal).
+// Everything else in src/sm90/ws/ derives its shapes and register budgets from FwdWsConfig.
+#pragma once
+
+// The N = 80/176/... WGMMA atoms live behind this switch; it must be seen before CuTe's
+// mma_sm90.hpp. Kernel code static_asserts that the selected atom really spans kBlockN.
+#ifndef CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
+#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
+#endif
+
+#include <cute/tensor.hpp>
+#include <cutlass/numeric_types.h>
+
+#include "hopattn/hopattn.hpp"
+
+namespace hopattn::sm90::ws {
+
+template <DType kDType>
+struct ElementOf;
+template <>
+struct ElementOf<DType::kBF16> { using type = cutlass::bfloat16_t; };
+template <>
+struct ElementOf<DType::kFP16> { using type = cutlass::half_t; };
+
+// Which of the paper's three steps are on, as bits (C++17 has no class-type template arguments).
+// Each is a separate switch so the gain of each step can be measured.
+enum StageBits : unsigned {
+  kBitPersistent = 1u,      // Stage B: grid = #SMs, static tile scheduler
+  kBitIntraWGOverlap = 2u,  // Stage C: QK^T of block j+1 issued before softmax of block j
+  kBitPingPong = 4u,        // Stage C: consumer warpgroups take turns issuing GEMMs
+};
+inline constexpr unsigned kStageA = 0u;
+inline constexpr unsigned kStageB = kBitPersistent;
+inline constexpr unsigned kStageC = kBitPersistent | kBitIntraWGOverlap | kBitPingPong;
+
+template <DType kDType, int kHeadDim_, bool kCausal, unsigned kFlags = kStageC>
+struct FwdWsConfig {
+  static_assert(kHeadDim_ == 64 || kHeadDim_ == 128 || kHeadDim_ == 256, "head_dim must be 64, 128 or 256");
+  static_assert(kDType == DType::kBF16 || kDType == DType::kFP16, "16-bit inputs only");
+  using Element = typename ElementOf<kDType>::type;
+
+  static constexpr int kHeadDim = kHeadDim_;
+  // Query rows per CTA. Each consumer warpgroup owns 64 rows (the WGMMA M). d64 uses three
+  // consumer warpgroups (192 rows): its S/O fragments are small, so 160 registers per consumer
+  // thread suffice and the third warpgroup amortises each K/V tile over more rows.
+  static constexpr int kBlockM = kHeadDim == 64 ? 192 : 128;
+  // Keys per pipeline stage, limited by registers (S and the O accumulator live in registers:
+  // d256's 64x256 O leaves room only for a 64x80 S) and by 227 KB of shared memory
+  // (Q + 2 stages of K and V). Causal d128 uses 128 so that diagonal tiles waste less work.
+  static constexpr int kBlockN = kHeadDim == 64 ? 128 : kHeadDim == 128 ? (kCausal ? 128 : 176) : 80;
+  static constexpr int kStages = 2;  // double-buffered K and V: one tile in use, one in flight
+
+  static constexpr int kNumConsumerWG = kBlockM / 64;
+  static constexpr int kNumMmaThreads = kNumConsumerWG * 128;
+  static constexpr int kNumThreads = kNumMmaThreads + 128;  // + one producer warpgroup
+  // setmaxnreg budgets: the producer only issues TMA, so it gives its registers to the consumers.
+  // Totals: 128*24 + 256*240 = 64512 and 128*32 + 384*160 = 65536 <= 64K registers per SM.
+  static constexpr int kProducerRegs = kNumConsumerWG == 2 ? 24 : 32;
+  static constexpr int kConsumerRegs = kNumConsumerWG == 2 ? 240 : 160;
+
+  static constexpr bool kCausalMask = kCausal;
+  static constexpr bool kPersistent = (kFlags & kBitPersistent) != 0;
+  static constexpr bool kIntraWGOverlap = (kFlags & kBitIntraWGOverlap) != 0;
+  // Ping-pong hands the tensor cores from one warpgroup to the next at GEMM-issue points, which
+  // only pays when each warpgroup issues its S and PV GEMMs together (the overlapped schedule).
+  static constexpr bool kPingPong = (kFlags & kBitPingPong) != 0 && (kFlags & kBitIntraWGOverlap) != 0;
+
+  using TileShapeQK = cute::Shape<cute::Int<kBlockM>, cute::Int<kBlockN>, cute::Int<kHeadDim>>;
+  using TileShapePV = cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>, cute::Int<kBlockN>>;
+};
+
+}  // namespace hopattn::sm90::ws
