@@ -1,9 +1,9 @@
 // hopattn-fa3-stages: the FlashAttention-3 kernel (src/sm90/ws/) built once per schedule variant
 // (A: warp specialisation; B: + persistent scheduler; B+O: + intra-warpgroup overlap; C: + ping-pong;
-// A+O+P: C without the persistent scheduler), each checked against a naive fp32 CUDA reference
+// D: + separate O buffer where it fits; D N160: D with 160-key tiles at d128), each checked against a naive fp32 CUDA reference
 // (NaN-poisoned outputs) and timed at b=4 h=16 s=4096, so docs/perf-notes.md can say what each
 // step gains. Not part of the library's dispatch: build with -DHOPATTN_BUILD_STAGE_PROBE=ON.
-// Add -DWS_PROBE_QUICK to build only bf16 d128 stage C. Exit code 0 iff every case passes.
+// Add -DWS_PROBE_QUICK to build only bf16 d128 stage D. Exit code 0 iff every case passes.
 
 #include "sm90/ws/fwd_ws_launch.cuh"  // first: enables CuTe's extended WGMMA shapes
 
@@ -118,9 +118,9 @@ struct Case {
 
 using Launcher = cudaError_t (*)(const AttnProblem&, cudaStream_t);
 
-template <DType kDType, int kD, unsigned kStage>
+template <DType kDType, int kD, unsigned kStage, int kBlockN = 0>
 cudaError_t run_stage(const AttnProblem& pr, cudaStream_t s) {
-  return ws::run_fwd_ws<kDType, kD, kStage>(pr, s);
+  return ws::run_fwd_ws<kDType, kD, kStage, kBlockN>(pr, s);
 }
 
 static size_t elem_size(DType) { return 2; }
@@ -269,9 +269,9 @@ static double time_case(const Case& c, Launcher launch) {
   return flops / (med * 1e-3) / 1e12;
 }
 
-template <DType kDType, int kD, unsigned kStage>
+template <DType kDType, int kD, unsigned kStage, int kBlockN = 0>
 Launcher L() {
-  return &run_stage<kDType, kD, kStage>;
+  return &run_stage<kDType, kD, kStage, kBlockN>;
 }
 
 int main() {
@@ -289,16 +289,14 @@ int main() {
     const char* stage;
     Launcher fn;
   };
+  using ws::kStageD;
 #ifdef WS_PROBE_QUICK
-  const Named d128_stages[] = {{"C", L<BF, 128, kStageC>()}};
+  const Named d128_stages[] = {{"D", L<BF, 128, kStageD>()}};
 #else
   constexpr unsigned kStageBO = ws::kBitPersistent | ws::kBitIntraWGOverlap;
-  constexpr unsigned kStageAOP = ws::kBitIntraWGOverlap | ws::kBitPingPong;
-  const Named d128_stages[] = {{"A", L<BF, 128, kStageA>()},
-                               {"B", L<BF, 128, kStageB>()},
-                               {"B+O", L<BF, 128, kStageBO>()},
-                               {"C", L<BF, 128, kStageC>()},
-                               {"A+O+P", L<BF, 128, kStageAOP>()}};
+  const Named d128_stages[] = {{"A", L<BF, 128, kStageA>()},     {"B", L<BF, 128, kStageB>()},
+                               {"B+O", L<BF, 128, kStageBO>()},  {"C", L<BF, 128, kStageC>()},
+                               {"D", L<BF, 128, kStageD>()},     {"D N160", L<BF, 128, kStageD, 160>()}};
 #endif
   const Case d128_cases[] = {
       {"bf16 d128 b2 h4 s1000", BF, 128, 2, 4, 4, 1000, 1000, false, false},
@@ -314,6 +312,7 @@ int main() {
       {"bf16 d128 packed qkv s777", BF, 128, 2, 4, 4, 777, 777, false, true},
       {"bf16 d128 packed qkv s777 causal", BF, 128, 2, 4, 4, 777, 777, true, true},
       {"bf16 d128 b1 h1 s17", BF, 128, 1, 1, 1, 17, 17, false, false},
+      {"bf16 d128 b3 h8 q2048 k512 causal", BF, 128, 3, 8, 8, 2048, 512, true, false},
   };
   for (const Named& st : d128_stages) {
     std::printf("stage %s:\n", st.stage);
@@ -325,16 +324,19 @@ int main() {
     Launcher fn;
   };
   const Other others[] = {
-      {{"bf16 d64 b2 h4 s1000", BF, 64, 2, 4, 4, 1000, 1000, false, false}, L<BF, 64, kStageC>()},
-      {{"bf16 d64 b2 h4 s1000 causal", BF, 64, 2, 4, 4, 1000, 1000, true, false}, L<BF, 64, kStageC>()},
-      {{"bf16 d64 sq1500 sk700 causal gqa", BF, 64, 2, 8, 2, 1500, 700, true, false}, L<BF, 64, kStageC>()},
-      {{"bf16 d256 b2 h4 s1000", BF, 256, 2, 4, 4, 1000, 1000, false, false}, L<BF, 256, kStageC>()},
-      {{"bf16 d256 b2 h4 s1000 causal", BF, 256, 2, 4, 4, 1000, 1000, true, false}, L<BF, 256, kStageC>()},
-      {{"bf16 d256 sq700 sk1500 causal", BF, 256, 2, 4, 4, 700, 1500, true, false}, L<BF, 256, kStageC>()},
-      {{"fp16 d128 b2 h4 s1000", DType::kFP16, 128, 2, 4, 4, 1000, 1000, false, false}, L<DType::kFP16, 128, kStageC>()},
-      {{"fp16 d128 s1000 causal gqa", DType::kFP16, 128, 2, 8, 2, 1000, 1000, true, false}, L<DType::kFP16, 128, kStageC>()},
+      {{"bf16 d64 b2 h4 s1000", BF, 64, 2, 4, 4, 1000, 1000, false, false}, L<BF, 64, kStageD>()},
+      {{"bf16 d64 b2 h4 s1000 causal", BF, 64, 2, 4, 4, 1000, 1000, true, false}, L<BF, 64, kStageD>()},
+      {{"bf16 d64 sq1500 sk700 causal gqa", BF, 64, 2, 8, 2, 1500, 700, true, false}, L<BF, 64, kStageD>()},
+      {{"bf16 d256 b2 h4 s1000", BF, 256, 2, 4, 4, 1000, 1000, false, false}, L<BF, 256, kStageD>()},
+      {{"bf16 d256 b2 h4 s1000 causal", BF, 256, 2, 4, 4, 1000, 1000, true, false}, L<BF, 256, kStageD>()},
+      {{"bf16 d256 sq700 sk1500 causal", BF, 256, 2, 4, 4, 700, 1500, true, false}, L<BF, 256, kStageD>()},
+      // Many tiles per CTA, some with no visible key (the epilogue-reuse race of 2026-11-30).
+      {{"bf16 d256 b3 h8 q2048 k512 causal", BF, 256, 3, 8, 8, 2048, 512, true, false}, L<BF, 256, kStageD>()},
+      {{"bf16 d64 b3 h8 q2048 k512 causal", BF, 64, 3, 8, 8, 2048, 512, true, false}, L<BF, 64, kStageD>()},
+      {{"fp16 d128 b2 h4 s1000", DType::kFP16, 128, 2, 4, 4, 1000, 1000, false, false}, L<DType::kFP16, 128, kStageD>()},
+      {{"fp16 d128 s1000 causal gqa", DType::kFP16, 128, 2, 8, 2, 1000, 1000, true, false}, L<DType::kFP16, 128, kStageD>()},
   };
-  std::printf("other dtypes / head dims (stage C):\n");
+  std::printf("other dtypes / head dims (stage D):\n");
   for (const Other& o : others) all_ok &= check_case(o.c, o.fn);
 #endif
 
@@ -349,8 +351,8 @@ int main() {
   for (int d : {64, 256}) {
     for (bool causal : {false, true}) {
       const Case c{"", BF, d, 4, 16, 16, 4096, 4096, causal, false};
-      auto fn = d == 64 ? L<BF, 64, kStageC>() : L<BF, 256, kStageC>();
-      std::printf("  stage C d%-3d %-10s %7.1f TFLOP/s\n", d, causal ? "causal" : "non-causal", time_case(c, fn));
+      auto fn = d == 64 ? L<BF, 64, kStageD>() : L<BF, 256, kStageD>();
+      std::printf("  stage D d%-3d %-10s %7.1f TFLOP/s\n", d, causal ? "causal" : "non-causal", time_case(c, fn));
     }
   }
 #endif

@@ -16,6 +16,7 @@
 #include "sm90/fwd_mma_kernel.cuh"
 #include "sm90/fwd_params.hpp"
 #include "sm90/kernel_choice.hpp"
+#include "sm90/launch_util.hpp"
 
 namespace hopattn::sm90 {
 
@@ -54,9 +55,9 @@ cudaError_t run_fwd_mma(const AttnProblem& pr, cudaStream_t stream) {
   p.num_m_blocks = static_cast<int>(num_m_blocks);
 
   const auto kernel = pr.causal ? &fwd_mma_kernel<kDType, kHeadDim, true> : &fwd_mma_kernel<kDType, kHeadDim, false>;
-  // Above 48 KB dynamic shared memory must be opted into per kernel. Setting it on every call
-  // is cheap and stays right when the caller switches devices.
-  if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
+  // Above 48 KB dynamic shared memory must be opted into per kernel (once per device).
+  if (cudaError_t e = pr.causal ? set_max_dynamic_smem_once<&fwd_mma_kernel<kDType, kHeadDim, true>>(Cfg::kSmemBytes)
+                                : set_max_dynamic_smem_once<&fwd_mma_kernel<kDType, kHeadDim, false>>(Cfg::kSmemBytes);
       e != cudaSuccess)
     return e;
   kernel<<<static_cast<unsigned>(num_ctas), Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p);

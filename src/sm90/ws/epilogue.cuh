@@ -1,5 +1,6 @@
 // Forward epilogue of one consumer warpgroup: write lse (fp32, natural log) from registers, stage the
-// normalised O through shared memory (the warpgroup's own slice of the Q buffer) and store it with
+// normalised O through shared memory (the warpgroup's slice of the O buffer, or of Q's where no
+// separate one fits) and store it with
 // one TMA per warpgroup, which clips rows past seqlen_q and follows the caller's strides.
 #pragma once
 
@@ -46,7 +47,8 @@ struct FwdEpilogue {
   }
 
   // tOrO: normalised fp32 O of this thread (PV accumulator layout); lse: per held row.
-  // Returns with this warpgroup's smem slice free again (the TMA store has read it).
+  // Without a separate O buffer, returns with the slice free again (the TMA store has read it);
+  // with one, the store is still in flight and the next call (or drain()) waits for it.
   template <class FragO, int kRows>
   __device__ static void store(const Params& p, typename Mainloop::SharedStorage& ss, int thread_idx,
                                int m_block, int head, int batch, const FragO& tOrO, const float (&lse)[kRows]) {
@@ -54,8 +56,18 @@ struct FwdEpilogue {
     const int wg = thread_idx / 128;
     const int wg_thread = thread_idx % 128;
 
+    // The slice may still be read by this warpgroup's previous TMA store, which only thread 0 can
+    // wait for: with a separate O buffer it waits here (the store overlapped this whole tile); with
+    // O in the Q buffer it waited at the end of the previous call. A tile with key blocks would be
+    // safe anyway in the latter case (its Q load came after that wait), but a tile with no visible
+    // key skips the Q load, so every thread waits for thread 0 before overwriting the slice.
+    if constexpr (Cfg::kSeparateO) {
+      if (wg_thread == 0) tma_store_wait<0>();
+    }
+    cutlass::arch::NamedBarrier::sync(128, barrier_id(FwdBarrier::kEpilogueWG0, wg));
     // Registers -> smem with stmatrix (8x8 16-bit tiles, matching the accumulator ownership).
-    Tensor sO = make_tensor(make_smem_ptr(ss.q.data() + wg * cosize_v<SmemLayoutO>), SmemLayoutO{});
+    Element* o_buffer = Cfg::kSeparateO ? ss.o.data() : ss.q.data();
+    Tensor sO = make_tensor(make_smem_ptr(o_buffer + wg * cosize_v<SmemLayoutO>), SmemLayoutO{});
     Tensor tOrO16 = make_tensor_like<Element>(tOrO);
     convert_fragment(tOrO, tOrO16);
     auto smem_copy = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, MmaPVWarpGroup{});
@@ -85,8 +97,17 @@ struct FwdEpilogue {
         if (get<1>(tOcO(r, 0)) == 0 && row < p.seqlen_q) lse_rows[row] = lse[r];
       }
     }
-    // The smem slice is reused (next tile's Q) only after the store has finished reading it.
-    if (wg_thread == 0) tma_store_wait<0>();
+    // O in the Q buffer: the next tile's Q may be loaded only after the store has read the slice.
+    if constexpr (!Cfg::kSeparateO) {
+      if (wg_thread == 0) tma_store_wait<0>();
+    }
+  }
+
+  // Before the CTA exits: shared memory must outlive the last TMA store's reads of it.
+  __device__ static void drain(int thread_idx) {
+    if constexpr (Cfg::kSeparateO) {
+      if (thread_idx % 128 == 0) cute::tma_store_wait<0>();
+    }
   }
 };
 

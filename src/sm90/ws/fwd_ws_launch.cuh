@@ -12,14 +12,15 @@
 #include <cstdint>
 
 #include "api/problem.hpp"
+#include "sm90/launch_util.hpp"
 #include "sm90/ws/kernel.cuh"
 
 namespace hopattn::sm90::ws {
 
 // Launches one configuration; kFlags picks the stage (kStageA/B/C in tile_shape.hpp).
-template <DType kDType, int kHeadDim, bool kCausal, unsigned kFlags>
+template <DType kDType, int kHeadDim, bool kCausal, unsigned kFlags, int kBlockNOverride = 0>
 cudaError_t launch_fwd_ws(const AttnProblem& pr, cudaStream_t stream) {
-  using Cfg = FwdWsConfig<kDType, kHeadDim, kCausal, kFlags>;
+  using Cfg = FwdWsConfig<kDType, kHeadDim, kCausal, kFlags, kBlockNOverride>;
   using K = FwdWsKernel<Cfg>;
   using Element = typename Cfg::Element;
 
@@ -32,29 +33,24 @@ cudaError_t launch_fwd_ws(const AttnProblem& pr, cudaStream_t stream) {
 
   int grid = params.order.num_tiles();
   if constexpr (Cfg::kPersistent) {
-    int device = 0, num_sms = 0;
-    if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
-    if (cudaError_t e = cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device); e != cudaSuccess)
-      return e;
+    int num_sms = 0;
+    if (cudaError_t e = current_device_sm_count(&num_sms); e != cudaSuccess) return e;
     grid = K::Scheduler::grid_size(params.order, num_sms);
   }
 
-  auto kernel = &fwd_ws_kernel<Cfg>;
-  // Above 48 KB, dynamic shared memory must be opted into per kernel.
-  if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, K::kSmemBytes);
-      e != cudaSuccess)
-    return e;
-  kernel<<<grid, Cfg::kNumThreads, K::kSmemBytes, stream>>>(params);
+  // Above 48 KB, dynamic shared memory must be opted into per kernel (once per device).
+  if (cudaError_t e = set_max_dynamic_smem_once<&fwd_ws_kernel<Cfg>>(K::kSmemBytes); e != cudaSuccess) return e;
+  fwd_ws_kernel<Cfg><<<grid, Cfg::kNumThreads, K::kSmemBytes, stream>>>(params);
   return cudaGetLastError();
 }
 
 #ifndef HOPATTN_WS_STAGE
-#define HOPATTN_WS_STAGE kStageC  // build-time default schedule; the probe overrides per call
+#define HOPATTN_WS_STAGE kStageD  // build-time default schedule; the probe overrides per call
 #endif
 
 // The dispatch entry point. Returns cudaErrorNotSupported for what this path cannot do, so the
 // caller can fall back to another kernel.
-template <DType kDType, int kHeadDim, unsigned kFlags = HOPATTN_WS_STAGE>
+template <DType kDType, int kHeadDim, unsigned kFlags = HOPATTN_WS_STAGE, int kBlockNOverride = 0>
 cudaError_t run_fwd_ws(const AttnProblem& pr, cudaStream_t stream) {
   if constexpr (!(kDType == DType::kBF16 || kDType == DType::kFP16) ||
                 !(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256)) {
@@ -66,8 +62,8 @@ cudaError_t run_fwd_ws(const AttnProblem& pr, cudaStream_t stream) {
     constexpr int64_t kMaxIndex = INT_MAX / 2;
     if (pr.seqlen_q > kMaxIndex || pr.seqlen_k > kMaxIndex || pr.heads_q > kMaxIndex || pr.batch > kMaxIndex)
       return cudaErrorNotSupported;
-    return pr.causal ? launch_fwd_ws<kDType, kHeadDim, true, kFlags>(pr, stream)
-                     : launch_fwd_ws<kDType, kHeadDim, false, kFlags>(pr, stream);
+    return pr.causal ? launch_fwd_ws<kDType, kHeadDim, true, kFlags, kBlockNOverride>(pr, stream)
+                     : launch_fwd_ws<kDType, kHeadDim, false, kFlags, kBlockNOverride>(pr, stream);
   }
 }
 

@@ -127,15 +127,24 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
       } else {
         clear(tOrO);  // no visible key: O = 0, lse = -inf (sum stays 0)
       }
+      if constexpr (Cfg::kSeparateO) {
+        // Every GEMM reading Q has completed (mma_tile waited for all of them) and O goes to its
+        // own buffer: release Q now, so the producer's next Q load overlaps this epilogue.
+        if (sched.has_next())
+          cutlass::arch::NamedBarrier::arrive(Cfg::kNumMmaThreads + 32, barrier_id(FwdBarrier::kQueryEmpty));
+      }
       float lse[Mainloop::kRowsPerThread];
       auto o_rc = acc_rowcol(tOrO);
       softmax.finalize(o_rc, mp.scale, lse);
       K::Epilogue::store(params.epilogue, ss, thread_idx, t.m_block, t.head, t.batch, tOrO, lse);
-      if (sched.has_next()) {
-        // The Q/O buffer is free (the O store has read it): the producer may load the next Q.
-        cutlass::arch::NamedBarrier::arrive(Cfg::kNumMmaThreads + 32, barrier_id(FwdBarrier::kQueryEmpty));
+      if constexpr (!Cfg::kSeparateO) {
+        if (sched.has_next()) {
+          // The Q/O buffer is free (the O store has read it): the producer may load the next Q.
+          cutlass::arch::NamedBarrier::arrive(Cfg::kNumMmaThreads + 32, barrier_id(FwdBarrier::kQueryEmpty));
+        }
       }
     }
+    K::Epilogue::drain(thread_idx);
     if constexpr (Cfg::kPingPong) {
       // Consume the turn the last warpgroup passed after its final GEMMs, so no arrival is left
       // pending on the barrier when the CTA exits.

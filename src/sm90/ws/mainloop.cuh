@@ -99,10 +99,12 @@ struct FwdMainloop {
   using PipelineState = typename Pipeline::PipelineState;
 
   struct SharedStorage {
-    // Q, and after the last S GEMM of a tile, that tile's O on its way to gmem.
+    // Q, and (unless Cfg::kSeparateO) after the last S GEMM of a tile, that tile's O.
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> k;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutVt>, 1024> v;
+    // O on its way to gmem when Cfg::kSeparateO (else O reuses q after the tile's last S GEMM).
+    cute::array_aligned<Element, Cfg::kSeparateO ? cute::cosize_v<SmemLayoutQ> : 0, 1024> o;
     typename Pipeline::SharedStorage pipe_k;
     typename Pipeline::SharedStorage pipe_v;
     uint64_t barrier_q;  // ClusterTransactionBarrier storage: Q arrived

@@ -29,12 +29,16 @@ enum StageBits : unsigned {
   kBitPersistent = 1u,      // Stage B: grid = #SMs, static tile scheduler
   kBitIntraWGOverlap = 2u,  // Stage C: QK^T of block j+1 issued before softmax of block j
   kBitPingPong = 4u,        // Stage C: consumer warpgroups take turns issuing GEMMs
+  kBitSeparateO = 8u,       // O staged in its own smem buffer (where it fits), so the next tile's
+                            // Q load overlaps this tile's epilogue instead of waiting for it
 };
 inline constexpr unsigned kStageA = 0u;
 inline constexpr unsigned kStageB = kBitPersistent;
 inline constexpr unsigned kStageC = kBitPersistent | kBitIntraWGOverlap | kBitPingPong;
+inline constexpr unsigned kStageD = kStageC | kBitSeparateO;
 
-template <DType kDType, int kHeadDim_, bool kCausal, unsigned kFlags = kStageC>
+// kBlockNOverride (0 = the default below) exists for tile-size searches (bench/fa3_stages.cu).
+template <DType kDType, int kHeadDim_, bool kCausal, unsigned kFlags = kStageD, int kBlockNOverride = 0>
 struct FwdWsConfig {
   static_assert(kHeadDim_ == 64 || kHeadDim_ == 128 || kHeadDim_ == 256, "head_dim must be 64, 128 or 256");
   static_assert(kDType == DType::kBF16 || kDType == DType::kFP16, "16-bit inputs only");
@@ -48,7 +52,8 @@ struct FwdWsConfig {
   // Keys per pipeline stage, limited by registers (S and the O accumulator live in registers:
   // d256's 64x256 O leaves room only for a 64x80 S) and by 227 KB of shared memory
   // (Q + 2 stages of K and V). Causal d128 uses 128 so that diagonal tiles waste less work.
-  static constexpr int kBlockN = kHeadDim == 64 ? 128 : kHeadDim == 128 ? (kCausal ? 128 : 176) : 80;
+  static constexpr int kBlockN =
+      kBlockNOverride != 0 ? kBlockNOverride : kHeadDim == 64 ? 128 : kHeadDim == 128 ? (kCausal ? 128 : 176) : 80;
   static constexpr int kStages = 2;  // double-buffered K and V: one tile in use, one in flight
 
   static constexpr int kNumConsumerWG = kBlockM / 64;
@@ -65,6 +70,13 @@ struct FwdWsConfig {
   // Ping-pong hands the tensor cores from one warpgroup to the next at GEMM-issue points, which
   // only pays when each warpgroup issues its S and PV GEMMs together (the overlapped schedule).
   static constexpr bool kPingPong = (kFlags & kBitPingPong) != 0 && (kFlags & kBitIntraWGOverlap) != 0;
+
+  // Separate O buffer only where Q + 2 stages of K and V + O fit in 227 KB (minus ~1 KB for the
+  // barriers): d64 and d128 causal do; d128 at N=176 and d256 do not, and reuse Q's buffer for O.
+  static constexpr int kElementBytes = 2;
+  static constexpr int kSmemWithSeparateO =
+      (2 * kBlockM * kHeadDim + 2 * kStages * kBlockN * kHeadDim) * kElementBytes + 1024;
+  static constexpr bool kSeparateO = (kFlags & kBitSeparateO) != 0 && kPersistent && kSmemWithSeparateO <= 227 * 1024;
 
   using TileShapeQK = cute::Shape<cute::Int<kBlockM>, cute::Int<kBlockN>, cute::Int<kHeadDim>>;
   using TileShapePV = cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>, cute::Int<kBlockN>>;

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Run ON THE GPU MACHINE from the repository root with .gpu/ present: compute-sanitizer memcheck
+# and racecheck over a small forward grid (one shape per head dim, causal off and on, GQA, ragged
+# seqlens), for the default kernel and for HOPATTN_FWD_KERNEL=mma. Prints each tool's summary line.
+set -uo pipefail
+pack=.gpu
+export LD_LIBRARY_PATH=$PWD/$pack/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+filter=${1:-'Sm90*bf16_d*_b1_h8x2_q127_k255*'}
+status=0
+for kernel in ws mma; do
+  for tool in memcheck racecheck; do
+    log=$(mktemp)
+    HOPATTN_FWD_KERNEL=$kernel compute-sanitizer --tool $tool --error-exitcode 3 \
+      $pack/bin/hopattn_gpu_tests --gtest_brief=1 --gtest_filter="$filter" > "$log" 2>&1
+    rc=$?
+    [ $rc -eq 0 ] || status=1
+    echo "[$kernel/$tool rc=$rc] $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED' "$log" | tr '\n' ' ')"
+    [ $rc -eq 0 ] || grep -E 'Invalid|Race|hazard|Error' "$log" | head -8
+    rm -f "$log"
+  done
+done
+exit $status

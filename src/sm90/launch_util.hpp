@@ -1,0 +1,40 @@
+// Host helpers shared by the sm90 launchers: per-device caches for the two driver queries a launch
+// needs (the >48 KB shared-memory opt-in, the SM count), so the hot path pays for them once.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+
+namespace hopattn::sm90 {
+
+// Opts kKernel into `bytes` of dynamic shared memory, once per device (bit d of a mask that is
+// per kernel: the template is keyed on the kernel's address, not its type, which kernels share).
+// A redundant set is harmless, so two threads racing here only cost a repeated call.
+template <auto kKernel>
+cudaError_t set_max_dynamic_smem_once(int bytes) {
+  static std::atomic<uint64_t> done_mask{0};
+  int device = 0;
+  if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
+  const uint64_t bit = device < 64 ? (uint64_t{1} << device) : 0;
+  if (bit != 0 && (done_mask.load(std::memory_order_relaxed) & bit)) return cudaSuccess;
+  if (cudaError_t e = cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes); e != cudaSuccess)
+    return e;
+  done_mask.fetch_or(bit, std::memory_order_relaxed);
+  return cudaSuccess;
+}
+
+// Multiprocessor count of the current device, read once per device.
+inline cudaError_t current_device_sm_count(int* num_sms) {
+  static std::atomic<int> cached[64] = {};
+  int device = 0;
+  if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
+  if (device < 64 && (*num_sms = cached[device].load(std::memory_order_relaxed)) > 0) return cudaSuccess;
+  if (cudaError_t e = cudaDeviceGetAttribute(num_sms, cudaDevAttrMultiProcessorCount, device); e != cudaSuccess)
+    return e;
+  if (device < 64) cached[device].store(*num_sms, std::memory_order_relaxed);
+  return cudaSuccess;
+}
+
+}  // namespace hopattn::sm90
