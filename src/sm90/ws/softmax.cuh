@@ -50,24 +50,37 @@ struct OnlineSoftmax {
   __device__ __forceinline__ void update(Scores& s_rc, float (&factor)[kRows]) {
     using namespace cute;
     static_assert(decltype(size<0>(s_rc))::value == kRows);
+    // Reductions run as kChains independent chains: a thread holds kBlockN/4 scores per row (44 at
+    // N=176), and one dependent FMNMX/FADD chain over them would stall on each ~4-cycle latency
+    // with only two consumer warps per scheduler to hide it.
+    constexpr int kCols = decltype(size<1>(s_rc))::value;
+    constexpr int kChains = kCols % 4 == 0 ? 4 : (kCols % 2 == 0 ? 2 : 1);
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
-      float m = row_max[r];
+      float mc[kChains];
       CUTE_UNROLL
-      for (int c = 0; c < size<1>(s_rc); ++c) m = fmaxf(m, s_rc(r, c));
+      for (int i = 0; i < kChains; ++i) mc[i] = row_max[r];
+      CUTE_UNROLL
+      for (int c = 0; c < kCols; ++c) mc[c % kChains] = fmaxf(mc[c % kChains], s_rc(r, c));
+      float m = mc[0];
+      CUTE_UNROLL
+      for (int i = 1; i < kChains; ++i) m = fmaxf(m, mc[i]);
       m = quad_max(m);
       // A row that has seen no key yet keeps max -inf: use 0 as the exponent offset so that
       // exp2(-inf - 0) = 0 instead of exp2(-inf + inf) = NaN, and leave O's factor at 1.
       const float m_scaled = m == -INFINITY ? 0.f : m * scale_log2;
       factor[r] = m == -INFINITY ? 1.f : fast_exp2((row_max[r] - m) * scale_log2);
       row_max[r] = m;
-      float sum = 0.f;
+      float sc[kChains] = {};
       CUTE_UNROLL
-      for (int c = 0; c < size<1>(s_rc); ++c) {
+      for (int c = 0; c < kCols; ++c) {
         const float p = fast_exp2(fmaf(s_rc(r, c), scale_log2, -m_scaled));
         s_rc(r, c) = p;
-        sum += p;
+        sc[c % kChains] += p;
       }
+      float sum = sc[0];
+      CUTE_UNROLL
+      for (int i = 1; i < kChains; ++i) sum += sc[i];
       row_sum[r] = row_sum[r] * factor[r] + sum;
     }
   }
