@@ -44,22 +44,13 @@ cudaError_t launch_fwd_ws(const AttnProblem& pr, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-// kTunedStage: the schedule dispatch uses, per (head dim, causal). Stage D everywhere except d128
-// non-causal, where ping-pong measured slower than overlap alone (bench/fa3_stages.cu, Release
-// build, 2026-11-30, b=4 h=16 s=4096: B+O 600.0 / 600.3 TFLOP/s against C 575.0 / 580.0 and D
-// 564.8 / 570.8; docs/perf-notes.md). The probe passes explicit flags instead.
-inline constexpr unsigned kTunedStage = ~0u;
-
-template <int kHeadDim, bool kCausal, unsigned kFlags>
-constexpr unsigned resolve_stage() {
-  if constexpr (kFlags != kTunedStage) return kFlags;
-  else if constexpr (kHeadDim == 128 && !kCausal) return kStageD & ~unsigned(kBitPingPong);
-  else return kStageD;
-}
+#ifndef HOPATTN_WS_STAGE
+#define HOPATTN_WS_STAGE kStageD  // build-time default schedule; the probe overrides per call
+#endif
 
 // The dispatch entry point. Returns cudaErrorNotSupported for what this path cannot do, so the
 // caller can fall back to another kernel.
-template <DType kDType, int kHeadDim, unsigned kFlags = kTunedStage, int kBlockNOverride = 0>
+template <DType kDType, int kHeadDim, unsigned kFlags = HOPATTN_WS_STAGE, int kBlockNOverride = 0>
 cudaError_t run_fwd_ws(const AttnProblem& pr, cudaStream_t stream) {
   if constexpr (!(kDType == DType::kBF16 || kDType == DType::kFP16) ||
                 !(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256)) {
@@ -71,8 +62,8 @@ cudaError_t run_fwd_ws(const AttnProblem& pr, cudaStream_t stream) {
     constexpr int64_t kMaxIndex = INT_MAX / 2;
     if (pr.seqlen_q > kMaxIndex || pr.seqlen_k > kMaxIndex || pr.heads_q > kMaxIndex || pr.batch > kMaxIndex)
       return cudaErrorNotSupported;
-    return pr.causal ? launch_fwd_ws<kDType, kHeadDim, true, resolve_stage<kHeadDim, true, kFlags>(), kBlockNOverride>(pr, stream)
-                     : launch_fwd_ws<kDType, kHeadDim, false, resolve_stage<kHeadDim, false, kFlags>(), kBlockNOverride>(pr, stream);
+    return pr.causal ? launch_fwd_ws<kDType, kHeadDim, true, kFlags, kBlockNOverride>(pr, stream)
+                     : launch_fwd_ws<kDType, kHeadDim, false, kFlags, kBlockNOverride>(pr, stream);
   }
 }
 
