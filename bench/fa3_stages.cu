@@ -1,9 +1,10 @@
 // hopattn-fa3-stages: the FlashAttention-3 kernel (src/sm90/ws/) built once per schedule variant
-// (A: warp specialisation; B: + persistent scheduler; B+O: + intra-warpgroup overlap; C: + ping-pong;
-// D: + separate O buffer where it fits; D N160: D with 160-key tiles at d128), each checked against a naive fp32 CUDA reference
-// (NaN-poisoned outputs) and timed at b=4 h=16 s=4096, so docs/perf-notes.md can say what each
-// step gains. Not part of the library's dispatch: build with -DHOPATTN_BUILD_STAGE_PROBE=ON.
-// Add -DWS_PROBE_QUICK to build only bf16 d128 stage D. Exit code 0 iff every case passes.
+// (stages and switches in tile_shape.hpp), each checked against a naive fp32 CUDA reference with
+// NaN-poisoned outputs. `--grid [D]` then times every variant over the paper's grid (seqlen 512..16k,
+// causal and not), interleaved per shape, so a schedule change is judged over the grid rather than
+// one shape; `--profile NAME D CAUSAL SEQLEN` runs one variant on one shape (for ncu).
+// Not part of the library's dispatch: build with -DHOPATTN_BUILD_STAGE_PROBE=ON (Release flags).
+// Add -DWS_PROBE_QUICK to build only bf16 d128 D and E. Exit code 0 iff every case passes.
 
 #include "sm90/ws/fwd_ws_launch.cuh"  // first: enables CuTe's extended WGMMA shapes
 
@@ -14,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -243,6 +245,8 @@ static bool check_case(const Case& c, Launcher launch) {
   return ok;
 }
 
+// Median over 7 batches of 10 back-to-back launches (launch latency hidden as in a model's
+// stream of kernels), after 3 warm-up launches; L2 is not flushed.
 static double time_case(const Case& c, Launcher launch) {
   Buffers buf;
   AttnProblem pr = make_problem(c, buf);
@@ -251,14 +255,14 @@ static double time_case(const Case& c, Launcher launch) {
   CHECK_CUDA(cudaEventCreate(&e1));
   for (int i = 0; i < 3; ++i) CHECK_CUDA(launch(pr, nullptr));
   std::vector<float> ms;
-  for (int i = 0; i < 20; ++i) {
+  for (int i = 0; i < 7; ++i) {
     CHECK_CUDA(cudaEventRecord(e0));
-    CHECK_CUDA(launch(pr, nullptr));
+    for (int j = 0; j < 10; ++j) CHECK_CUDA(launch(pr, nullptr));
     CHECK_CUDA(cudaEventRecord(e1));
     CHECK_CUDA(cudaEventSynchronize(e1));
     float t;
     CHECK_CUDA(cudaEventElapsedTime(&t, e0, e1));
-    ms.push_back(t);
+    ms.push_back(t / 10);
   }
   std::sort(ms.begin(), ms.end());
   const double med = ms[ms.size() / 2];
@@ -274,88 +278,133 @@ Launcher L() {
   return &run_stage<kDType, kD, kStage, kBlockN>;
 }
 
-int main() {
+struct Variant {
+  const char* name;
+  int d;
+  Launcher fn;
+  int snake = -1;  // heuristics::FwdTuning::snake override; < 0 keeps the library's heuristic
+};
+
+// The schedule variants, all bf16. Stage letters as in tile_shape.hpp; E = D + early Q release +
+// K loads leading V + snake round-robin where the library's heuristic picks it, with d128
+// non-causal's key tile picked by seqlen (d128_noncausal_key_tile); "snake"/"nosnake" force the order;
+// N176 pins d128 non-causal to its old key tile.
+static const std::vector<Variant>& variants() {
+  constexpr DType BF = DType::kBF16;
+  using namespace ws;
+  static const std::vector<Variant> v = {
+#ifdef WS_PROBE_QUICK
+      {"D", 128, L<BF, 128, kStageD>()},
+      {"E", 128, L<BF, 128, kStageE>()},
+#else
+      {"D", 128, L<BF, 128, kStageD>()},
+      {"E", 128, L<BF, 128, kStageE>()},
+      {"E snake", 128, L<BF, 128, kStageE>(), 1},
+      {"E nosnake", 128, L<BF, 128, kStageE>(), 0},
+      {"E N176", 128, L<BF, 128, kStageE, 176>()},
+      {"D", 64, L<BF, 64, kStageD>()},
+      {"E", 64, L<BF, 64, kStageE>()},
+      {"E snake", 64, L<BF, 64, kStageE>(), 1},
+      {"E nosnake", 64, L<BF, 64, kStageE>(), 0},
+      {"D", 256, L<BF, 256, kStageD>()},
+      {"E", 256, L<BF, 256, kStageE>()},
+      {"E snake", 256, L<BF, 256, kStageE>(), 1},
+      {"E nosnake", 256, L<BF, 256, kStageE>(), 0},
+#endif
+  };
+  return v;
+}
+
+static void apply_tuning(const Variant& v) { hopattn::heuristics::fwd_tuning().snake = v.snake; }
+
+static std::vector<Case> check_cases(int d) {
+  constexpr DType BF = DType::kBF16;
+  if (d == 128) {
+    return {
+        {"bf16 d128 b2 h4 s1000", BF, 128, 2, 4, 4, 1000, 1000, false, false},
+        {"bf16 d128 b2 h4 s1000 causal", BF, 128, 2, 4, 4, 1000, 1000, true, false},
+        {"bf16 d128 b1 h4 s4096 causal", BF, 128, 1, 4, 4, 4096, 4096, true, false},
+        {"bf16 d128 sq700 sk1500", BF, 128, 2, 4, 4, 700, 1500, false, false},
+        {"bf16 d128 sq700 sk1500 causal", BF, 128, 2, 4, 4, 700, 1500, true, false},
+        {"bf16 d128 sq1500 sk700 causal", BF, 128, 2, 4, 4, 1500, 700, true, false},  // rows with no key
+        {"bf16 d128 sq1 sk777 causal", BF, 128, 3, 4, 4, 1, 777, true, false},
+        {"bf16 d128 gqa 8/2 s1000 causal", BF, 128, 2, 8, 2, 1000, 1000, true, false},
+        {"bf16 d128 packed qkv s777 causal", BF, 128, 2, 4, 4, 777, 777, true, true},
+        {"bf16 d128 b1 h1 s17", BF, 128, 1, 1, 1, 17, 17, false, false},
+        // Many tiles per CTA (snake rounds), some with no visible key.
+        {"bf16 d128 b3 h40 q2048 k512 causal", BF, 128, 3, 40, 40, 2048, 512, true, false},
+        {"bf16 d128 b5 h40 s1000", BF, 128, 5, 40, 40, 1000, 1000, false, false},
+        {"bf16 d128 b2 h20 s4097 causal", BF, 128, 2, 20, 20, 4097, 4097, true, false},
+        {"bf16 d128 b2 h8 q3000 k6000", BF, 128, 2, 8, 8, 3000, 6000, false, false},
+        {"bf16 d128 b2 h8 q3000 k2500", BF, 128, 2, 8, 8, 3000, 2500, false, false},
+    };
+  }
+  return {
+      {"b2 h4 s1000", BF, d, 2, 4, 4, 1000, 1000, false, false},
+      {"b2 h4 s1000 causal", BF, d, 2, 4, 4, 1000, 1000, true, false},
+      {"sq1500 sk700 causal gqa", BF, d, 2, 8, 2, 1500, 700, true, false},
+      {"sq700 sk1500 causal", BF, d, 2, 4, 4, 700, 1500, true, false},
+      {"b3 h40 q2048 k512 causal", BF, d, 3, 40, 40, 2048, 512, true, false},
+  };
+}
+
+// --grid: every variant over the paper's grid (16k tokens, hidden 2048), variants interleaved per
+// shape and swept twice in opposite orders so clock drift does not favour one.
+static void time_grid(const char* only_d) {
+  std::printf("grid: TFLOP/s, back-to-back launches (no L2 flush), median of 7x10, best of 2 sweeps\n");
+  for (int d : {64, 128, 256}) {
+    if (only_d && std::atoi(only_d) != d) continue;
+    std::vector<const Variant*> vs;
+    for (const Variant& v : variants())
+      if (v.d == d) vs.push_back(&v);
+    if (vs.empty()) continue;
+    std::printf("%-4s %-6s %-6s", "d", "causal", "seqlen");
+    for (const Variant* v : vs) std::printf(" %10s", v->name);
+    std::printf("\n");
+    for (bool causal : {false, true}) {
+      for (int s = 512; s <= 16384; s *= 2) {
+        const Case c{"", DType::kBF16, d, 16384 / s, 2048 / d, 2048 / d, s, s, causal, false};
+        std::vector<double> best(vs.size(), 0.0);
+        for (int sweep = 0; sweep < 2; ++sweep) {
+          for (size_t j = 0; j < vs.size(); ++j) {
+            const size_t k = sweep == 0 ? j : vs.size() - 1 - j;
+            apply_tuning(*vs[k]);
+            best[k] = std::max(best[k], time_case(c, vs[k]->fn));
+          }
+        }
+        std::printf("%-4d %-6s %-6d", d, causal ? "yes" : "no", s);
+        for (double t : best) std::printf(" %10.1f", t);
+        std::printf("\n");
+      }
+    }
+  }
+}
+
+int main(int argc, char** argv) {
   int dev = 0;
   cudaDeviceProp prop;
   CHECK_CUDA(cudaGetDeviceProperties(&prop, dev));
   std::printf("device: %s (sm_%d%d, %d SMs)\n", prop.name, prop.major, prop.minor, prop.multiProcessorCount);
-  using ws::kStageA;
-  using ws::kStageB;
-  using ws::kStageC;
-  constexpr DType BF = DType::kBF16;
+  // --profile NAME D CAUSAL SEQLEN: run one variant on one grid shape 5 times (for ncu / nsys).
+  if (argc == 6 && std::strcmp(argv[1], "--profile") == 0) {
+    const int d = std::atoi(argv[3]), s = std::atoi(argv[5]);
+    for (const Variant& v : variants()) {
+      if (v.d != d || std::strcmp(v.name, argv[2]) != 0) continue;
+      const Case c{"", DType::kBF16, d, 16384 / s, 2048 / d, 2048 / d, s, s, std::atoi(argv[4]) != 0, false};
+      apply_tuning(v);
+      std::printf("%s d%d causal=%d s=%d: %.1f TFLOP/s\n", v.name, d, c.causal, s, time_case(c, v.fn));
+      return 0;
+    }
+    std::printf("no variant %s at d%d\n", argv[2], d);
+    return 2;
+  }
   bool all_ok = true;
-
-  struct Named {
-    const char* stage;
-    Launcher fn;
-  };
-  using ws::kStageD;
-#ifdef WS_PROBE_QUICK
-  const Named d128_stages[] = {{"D", L<BF, 128, kStageD>()}};
-#else
-  constexpr unsigned kStageBO = ws::kBitPersistent | ws::kBitIntraWGOverlap;
-  const Named d128_stages[] = {{"A", L<BF, 128, kStageA>()},     {"B", L<BF, 128, kStageB>()},
-                               {"B+O", L<BF, 128, kStageBO>()},  {"C", L<BF, 128, kStageC>()},
-                               {"D", L<BF, 128, kStageD>()},     {"D N160", L<BF, 128, kStageD, 160>()}};
-#endif
-  const Case d128_cases[] = {
-      {"bf16 d128 b2 h4 s1000", BF, 128, 2, 4, 4, 1000, 1000, false, false},
-      {"bf16 d128 b2 h4 s1000 causal", BF, 128, 2, 4, 4, 1000, 1000, true, false},
-      {"bf16 d128 b1 h4 s4096", BF, 128, 1, 4, 4, 4096, 4096, false, false},
-      {"bf16 d128 b1 h4 s4096 causal", BF, 128, 1, 4, 4, 4096, 4096, true, false},
-      {"bf16 d128 sq700 sk1500", BF, 128, 2, 4, 4, 700, 1500, false, false},
-      {"bf16 d128 sq700 sk1500 causal", BF, 128, 2, 4, 4, 700, 1500, true, false},
-      {"bf16 d128 sq1500 sk700 causal", BF, 128, 2, 4, 4, 1500, 700, true, false},  // rows with no key
-      {"bf16 d128 sq1 sk777 causal", BF, 128, 3, 4, 4, 1, 777, true, false},
-      {"bf16 d128 gqa 8/2 s1000 causal", BF, 128, 2, 8, 2, 1000, 1000, true, false},
-      {"bf16 d128 gqa 8/2 s1000", BF, 128, 2, 8, 2, 1000, 1000, false, false},
-      {"bf16 d128 packed qkv s777", BF, 128, 2, 4, 4, 777, 777, false, true},
-      {"bf16 d128 packed qkv s777 causal", BF, 128, 2, 4, 4, 777, 777, true, true},
-      {"bf16 d128 b1 h1 s17", BF, 128, 1, 1, 1, 17, 17, false, false},
-      {"bf16 d128 b3 h8 q2048 k512 causal", BF, 128, 3, 8, 8, 2048, 512, true, false},
-  };
-  for (const Named& st : d128_stages) {
-    std::printf("stage %s:\n", st.stage);
-    for (const Case& c : d128_cases) all_ok &= check_case(c, st.fn);
+  for (const Variant& v : variants()) {
+    std::printf("variant %s d%d:\n", v.name, v.d);
+    apply_tuning(v);
+    for (const Case& c : check_cases(v.d)) all_ok &= check_case(c, v.fn);
   }
-#ifndef WS_PROBE_QUICK
-  struct Other {
-    Case c;
-    Launcher fn;
-  };
-  const Other others[] = {
-      {{"bf16 d64 b2 h4 s1000", BF, 64, 2, 4, 4, 1000, 1000, false, false}, L<BF, 64, kStageD>()},
-      {{"bf16 d64 b2 h4 s1000 causal", BF, 64, 2, 4, 4, 1000, 1000, true, false}, L<BF, 64, kStageD>()},
-      {{"bf16 d64 sq1500 sk700 causal gqa", BF, 64, 2, 8, 2, 1500, 700, true, false}, L<BF, 64, kStageD>()},
-      {{"bf16 d256 b2 h4 s1000", BF, 256, 2, 4, 4, 1000, 1000, false, false}, L<BF, 256, kStageD>()},
-      {{"bf16 d256 b2 h4 s1000 causal", BF, 256, 2, 4, 4, 1000, 1000, true, false}, L<BF, 256, kStageD>()},
-      {{"bf16 d256 sq700 sk1500 causal", BF, 256, 2, 4, 4, 700, 1500, true, false}, L<BF, 256, kStageD>()},
-      // Many tiles per CTA, some with no visible key (the epilogue-reuse race of 2026-11-30).
-      {{"bf16 d256 b3 h8 q2048 k512 causal", BF, 256, 3, 8, 8, 2048, 512, true, false}, L<BF, 256, kStageD>()},
-      {{"bf16 d64 b3 h8 q2048 k512 causal", BF, 64, 3, 8, 8, 2048, 512, true, false}, L<BF, 64, kStageD>()},
-      {{"fp16 d128 b2 h4 s1000", DType::kFP16, 128, 2, 4, 4, 1000, 1000, false, false}, L<DType::kFP16, 128, kStageD>()},
-      {{"fp16 d128 s1000 causal gqa", DType::kFP16, 128, 2, 8, 2, 1000, 1000, true, false}, L<DType::kFP16, 128, kStageD>()},
-  };
-  std::printf("other dtypes / head dims (stage D):\n");
-  for (const Other& o : others) all_ok &= check_case(o.c, o.fn);
-#endif
-
-  std::printf("timing b=4 h=16 s=4096 d=128 bf16 (median of 20):\n");
-  for (const Named& st : d128_stages) {
-    for (bool causal : {false, true}) {
-      const Case c{"", BF, 128, 4, 16, 16, 4096, 4096, causal, false};
-      std::printf("  stage %-5s %-10s %7.1f TFLOP/s\n", st.stage, causal ? "causal" : "non-causal", time_case(c, st.fn));
-    }
-  }
-#ifndef WS_PROBE_QUICK
-  for (int d : {64, 256}) {
-    for (bool causal : {false, true}) {
-      const Case c{"", BF, d, 4, 16, 16, 4096, 4096, causal, false};
-      auto fn = d == 64 ? L<BF, 64, kStageD>() : L<BF, 256, kStageD>();
-      std::printf("  stage D d%-3d %-10s %7.1f TFLOP/s\n", d, causal ? "causal" : "non-causal", time_case(c, fn));
-    }
-  }
-#endif
+  if (argc >= 2 && std::strcmp(argv[1], "--grid") == 0) time_grid(argc >= 3 ? argv[2] : nullptr);
   std::printf("%s\n", all_ok ? "ALL PASS" : "SOME FAILED");
   return all_ok ? 0 : 1;
 }

@@ -11,6 +11,7 @@
 #include <climits>
 #include <cstdint>
 
+#include "api/heuristics.hpp"
 #include "api/problem.hpp"
 #include "sm90/launch_util.hpp"
 #include "sm90/ws/kernel.cuh"
@@ -22,14 +23,15 @@ template <DType kDType, int kHeadDim, bool kCausal, unsigned kFlags, int kBlockN
 cudaError_t launch_fwd_ws(const AttnProblem& pr, cudaStream_t stream) {
   using Cfg = FwdWsConfig<kDType, kHeadDim, kCausal, kFlags, kBlockNOverride>;
   using K = FwdWsKernel<Cfg>;
-  using Element = typename Cfg::Element;
 
   typename K::Params params{};
   params.mainloop = K::Mainloop::make_params(pr);
   params.epilogue = K::Epilogue::make_params(pr);
   const int64_t num_m_blocks = (pr.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM;
-  if (num_m_blocks * pr.heads_q * pr.batch > INT_MAX) return cudaErrorInvalidConfiguration;
-  params.order = {int(num_m_blocks), int(pr.heads_q), int(pr.batch)};
+  // Half the int range: the scheduler computes indices up to num_tiles + 2 * grid.
+  if (num_m_blocks * pr.heads_q * pr.batch > INT_MAX / 2) return cudaErrorInvalidConfiguration;
+  params.order = {int(num_m_blocks), int(pr.heads_q), int(pr.batch), false};
+  if constexpr (kCausal) params.order.snake = heuristics::causal_snake_order(pr.seqlen_q);
 
   int grid = params.order.num_tiles();
   if constexpr (Cfg::kPersistent) {
@@ -45,7 +47,7 @@ cudaError_t launch_fwd_ws(const AttnProblem& pr, cudaStream_t stream) {
 }
 
 #ifndef HOPATTN_WS_STAGE
-#define HOPATTN_WS_STAGE kStageD  // build-time default schedule; the probe overrides per call
+#define HOPATTN_WS_STAGE kStageE  // build-time default schedule; the probe overrides per call
 #endif
 
 // The dispatch entry point. Returns cudaErrorNotSupported for what this path cannot do, so the
@@ -62,8 +64,15 @@ cudaError_t run_fwd_ws(const AttnProblem& pr, cudaStream_t stream) {
     constexpr int64_t kMaxIndex = INT_MAX / 2;
     if (pr.seqlen_q > kMaxIndex || pr.seqlen_k > kMaxIndex || pr.heads_q > kMaxIndex || pr.batch > kMaxIndex)
       return cudaErrorNotSupported;
-    return pr.causal ? launch_fwd_ws<kDType, kHeadDim, true, kFlags, kBlockNOverride>(pr, stream)
-                     : launch_fwd_ws<kDType, kHeadDim, false, kFlags, kBlockNOverride>(pr, stream);
+    if (pr.causal) return launch_fwd_ws<kDType, kHeadDim, true, kFlags, kBlockNOverride>(pr, stream);
+    if constexpr (kHeadDim == 128 && kBlockNOverride == 0) {
+      switch (heuristics::d128_noncausal_key_tile(pr.seqlen_k)) {
+        case 128: return launch_fwd_ws<kDType, kHeadDim, false, kFlags, 128>(pr, stream);
+        case 160: return launch_fwd_ws<kDType, kHeadDim, false, kFlags, 160>(pr, stream);
+        default: break;
+      }
+    }
+    return launch_fwd_ws<kDType, kHeadDim, false, kFlags, kBlockNOverride>(pr, stream);
   }
 }
 

@@ -22,7 +22,7 @@ template <class Cfg>
 struct FwdWsKernel {
   using Mainloop = FwdMainloop<Cfg>;
   using Epilogue = FwdEpilogue<Cfg, Mainloop>;
-  using Scheduler = StaticTileScheduler<Cfg::kCausalMask, Cfg::kPersistent>;
+  using Scheduler = StaticTileScheduler<Cfg::kCausalMask, Cfg::kPersistent, Cfg::kSnake>;
   using SharedStorage = typename Mainloop::SharedStorage;
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
   static_assert(kSmemBytes <= 227 * 1024, "tile does not fit in shared memory");
@@ -76,32 +76,53 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
     // elect.sync picks lane 0 (the warp is converged at every call), the thread named is_leader
     // above; electing rather than testing the lane id keeps TMA operands in uniform registers,
     // and re-electing at each use keeps the predicate out of the 24-register producer budget.
-    PipelineState st = cutlass::make_producer_start_state<Pipeline>();
+    // K and V run through separate pipelines with separate positions: with kKLead the K loads run
+    // one block ahead of the V loads (the consumers need K_{j-1} for the next S before V_j for
+    // P V_j); both positions have advanced by the same count at the end of every tile. Only the
+    // elected lane (always lane 0: the warp is converged at every election) issues loads and
+    // advances the positions; the other lanes' copies are never read.
+    PipelineState st_k = cutlass::make_producer_start_state<Pipeline>();
+    PipelineState st_v = st_k;
     bool first = true;
     for (; sched.valid(); sched.advance(), first = false) {
       const WorkTile t = sched.tile();
       const int n_end = mask.n_block_end(t.m_block);
       const typename Mainloop::Loader loader{mp, ss, t.head, t.batch};
       // The first K block does not depend on the Q buffer: issue it before waiting for the
-      // previous tile's epilogue to release that buffer.
-      if (n_end > 0 && cute::elect_one_sync()) loader.load_k(pipe_k, st, n_end - 1);
+      // previous tile's consumers to release that buffer.
+      if (n_end > 0 && cute::elect_one_sync()) {
+        loader.load_k(pipe_k, st_k, n_end - 1);
+        ++st_k;
+      }
       if (!first) {
         cutlass::arch::NamedBarrier::sync(Cfg::kNumMmaThreads + 32, barrier_id(FwdBarrier::kQueryEmpty));
       }
       if (n_end > 0 && cute::elect_one_sync()) {
         loader.load_q(t.m_block);
-        loader.load_v(pipe_v, st, n_end - 1);
-        ++st;
-        for (int n = n_end - 2; n >= 0; --n) {
-          loader.load_k(pipe_k, st, n);
-          loader.load_v(pipe_v, st, n);
-          ++st;
+        if constexpr (Cfg::kKLead) {
+          for (int n = n_end - 2; n >= 0; --n) {
+            loader.load_k(pipe_k, st_k, n);
+            ++st_k;
+            loader.load_v(pipe_v, st_v, n + 1);
+            ++st_v;
+          }
+          loader.load_v(pipe_v, st_v, 0);
+          ++st_v;
+        } else {
+          loader.load_v(pipe_v, st_v, n_end - 1);
+          ++st_v;
+          for (int n = n_end - 2; n >= 0; --n) {
+            loader.load_k(pipe_k, st_k, n);
+            ++st_k;
+            loader.load_v(pipe_v, st_v, n);
+            ++st_v;
+          }
         }
       }
       __syncwarp();
     }
     // Keep the producer alive until the consumers have released every stage it filled.
-    if (cute::elect_one_sync()) pipe_k.producer_tail(st);
+    if (cute::elect_one_sync()) pipe_k.producer_tail(st_k);
     __syncwarp();
   } else {
     cutlass::arch::warpgroup_reg_alloc<Cfg::kConsumerRegs>();
@@ -121,8 +142,10 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
       const int n_end = mask.n_block_end(t.m_block);
       Tensor tOrO = partition_fragment_C(mma_pv, Shape<Int<Cfg::kBlockM>, Int<Cfg::kHeadDim>>{});
       typename Mainloop::Softmax softmax(mp.scale_log2);
+      const bool has_next = sched.has_next();
       if (n_end > 0) {
-        Mainloop::mma_tile(mp, ss, pipe_k, pipe_v, st, q_phase, thread_idx, t.m_block, n_end, tOrO, softmax);
+        Mainloop::mma_tile(mp, ss, pipe_k, pipe_v, st, q_phase, thread_idx, t.m_block, n_end, tOrO, softmax,
+                           has_next);
         q_phase ^= 1u;
       } else {
         clear(tOrO);  // no visible key: O = 0, lse = -inf (sum stays 0)
@@ -130,7 +153,8 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
       if constexpr (Cfg::kSeparateO) {
         // Every GEMM reading Q has completed (mma_tile waited for all of them) and O goes to its
         // own buffer: release Q now, so the producer's next Q load overlaps this epilogue.
-        if (sched.has_next())
+        // With kEarlyQ mma_tile did so already, after the last S GEMM.
+        if (has_next && (!Cfg::kEarlyQ || n_end == 0))
           cutlass::arch::NamedBarrier::arrive(Cfg::kNumMmaThreads + 32, barrier_id(FwdBarrier::kQueryEmpty));
       }
       float lse[Mainloop::kRowsPerThread];
@@ -138,7 +162,7 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
       softmax.finalize(o_rc, mp.scale, lse);
       K::Epilogue::store(params.epilogue, ss, thread_idx, t.m_block, t.head, t.batch, tOrO, lse);
       if constexpr (!Cfg::kSeparateO) {
-        if (sched.has_next()) {
+        if (has_next) {
           // The Q/O buffer is free (the O store has read it): the producer may load the next Q.
           cutlass::arch::NamedBarrier::arrive(Cfg::kNumMmaThreads + 32, barrier_id(FwdBarrier::kQueryEmpty));
         }

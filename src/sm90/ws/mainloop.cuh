@@ -207,10 +207,13 @@ struct FwdMainloop {
 
   // Runs key blocks n_end-1 .. 0 of one query tile; on return tOrO holds the unnormalised O and
   // softmax the row max/sum. `st` is the shared K/V ring position, advanced by n_end.
+  // release_q (Cfg::kEarlyQ, and the CTA has another tile): arrive on QueryEmpty as soon as the
+  // tile's last S GEMM has completed, the last read of Q, so the producer's next Q load overlaps
+  // the last softmax, the last P V and the epilogue.
   template <class FragO>
   __device__ static void mma_tile(const Params& p, SharedStorage& ss, Pipeline& pipe_k, Pipeline& pipe_v,
                                   PipelineState& st, uint32_t q_phase, int thread_idx, int m_block, int n_end,
-                                  FragO& tOrO, Softmax& softmax) {
+                                  FragO& tOrO, Softmax& softmax, bool release_q) {
     using namespace cute;
     TiledMmaQK mma_qk;
     TiledMmaPV mma_pv;
@@ -232,6 +235,12 @@ struct FwdMainloop {
     const GemmTurn turn{thread_idx / 128};
 
     auto to_p = [&]() { convert_fragment(tSrS, tOrP); };  // P = 16-bit(S) as the A operand
+    auto q_read_done = [&](int n) {  // call once S of block n has completed
+      if constexpr (Cfg::kEarlyQ) {
+        if (n == 0 && release_q)
+          cutlass::arch::NamedBarrier::arrive(Cfg::kNumMmaThreads + 32, barrier_id(FwdBarrier::kQueryEmpty));
+      }
+    };
     auto masked_softmax = [&](int n_block, float (&factor)[kRowsPerThread]) {
       if (mask.block_needs_mask(m_block, n_block)) mask.apply(s_rc, c_rc, m_block, n_block);
       softmax.update(s_rc, factor);
@@ -248,6 +257,7 @@ struct FwdMainloop {
         wgmma_issue<true>(mma_qk, tSrQ, tSrK(_, _, _, st.index()), tSrS);
         warpgroup_wait<0>();
         pipe_k.consumer_release(st);
+        q_read_done(n);
         float factor[kRowsPerThread];
         masked_softmax(n, factor);
         softmax.rescale(o_rc, factor);
@@ -269,6 +279,7 @@ struct FwdMainloop {
       turn.pass();
       warpgroup_wait<0>();
       pipe_k.consumer_release(st);
+      q_read_done(n);
       {
         float factor[kRowsPerThread];
         masked_softmax(n, factor);  // O is still empty: nothing to rescale
@@ -278,9 +289,12 @@ struct FwdMainloop {
         PipelineState st_v = st;  // V of the block whose P is in tOrP
         ++st;
         pipe_k.consumer_wait(st);
-        pipe_v.consumer_wait(st_v);
+        // With kKLead the producer sends K_n before V_{n+1}: issue S as soon as K_n is in, and
+        // wait for V only then (holding the turn: the tensor cores are busy with this S anyway).
+        if constexpr (!Cfg::kKLead) pipe_v.consumer_wait(st_v);
         turn.wait();
         wgmma_issue<true>(mma_qk, tSrQ, tSrK(_, _, _, st.index()), tSrS);
+        if constexpr (Cfg::kKLead) pipe_v.consumer_wait(st_v);
         if (n == n_end - 2) {
           wgmma_issue<true>(mma_pv, tOrP, tOrV(_, _, _, st_v.index()), tOrO);
         } else {
@@ -289,6 +303,7 @@ struct FwdMainloop {
         turn.pass();
         warpgroup_wait<1>();  // S done, PV may still run
         pipe_k.consumer_release(st);
+        q_read_done(n);
         float factor[kRowsPerThread];
         masked_softmax(n, factor);
         warpgroup_wait<0>();

@@ -31,14 +31,21 @@ enum StageBits : unsigned {
   kBitPingPong = 4u,        // Stage C: consumer warpgroups take turns issuing GEMMs
   kBitSeparateO = 8u,       // O staged in its own smem buffer (where it fits), so the next tile's
                             // Q load overlaps this tile's epilogue instead of waiting for it
+  kBitEarlyQ = 16u,         // with a separate O: release Q after the tile's last S GEMM, so the
+                            // next Q load also overlaps the last softmax and P V
+  kBitKLead = 32u,          // producer loads K one block ahead of V: the overlapped schedule needs
+                            // K_{j+1} (for S) before V_j (for P V)
+  kBitSnake = 64u,          // persistent round-robin reverses direction every round, so the CTA
+                            // that drew the longest causal tile draws the shortest next
 };
 inline constexpr unsigned kStageA = 0u;
 inline constexpr unsigned kStageB = kBitPersistent;
 inline constexpr unsigned kStageC = kBitPersistent | kBitIntraWGOverlap | kBitPingPong;
 inline constexpr unsigned kStageD = kStageC | kBitSeparateO;
+inline constexpr unsigned kStageE = kStageD | kBitEarlyQ | kBitKLead | kBitSnake;
 
 // kBlockNOverride (0 = the default below) exists for tile-size searches (bench/fa3_stages.cu).
-template <DType kDType, int kHeadDim_, bool kCausal, unsigned kFlags = kStageD, int kBlockNOverride = 0>
+template <DType kDType, int kHeadDim_, bool kCausal, unsigned kFlags = kStageE, int kBlockNOverride = 0>
 struct FwdWsConfig {
   static_assert(kHeadDim_ == 64 || kHeadDim_ == 128 || kHeadDim_ == 256, "head_dim must be 64, 128 or 256");
   static_assert(kDType == DType::kBF16 || kDType == DType::kFP16, "16-bit inputs only");
@@ -52,6 +59,7 @@ struct FwdWsConfig {
   // Keys per pipeline stage, limited by registers (S and the O accumulator live in registers:
   // d256's 64x256 O leaves room only for a 64x80 S) and by 227 KB of shared memory
   // (Q + 2 stages of K and V). Causal d128 uses 128 so that diagonal tiles waste less work.
+  // d128 non-causal launches also pick 128 or 160 by seqlen_k (d128_key_tile, fwd_ws_launch.cuh).
   static constexpr int kBlockN =
       kBlockNOverride != 0 ? kBlockNOverride : kHeadDim == 64 ? 128 : kHeadDim == 128 ? (kCausal ? 128 : 176) : 80;
   static constexpr int kStages = 2;  // double-buffered K and V: one tile in use, one in flight
@@ -77,6 +85,9 @@ struct FwdWsConfig {
   static constexpr int kSmemWithSeparateO =
       (2 * kBlockM * kHeadDim + 2 * kStages * kBlockN * kHeadDim) * kElementBytes + 1024;
   static constexpr bool kSeparateO = (kFlags & kBitSeparateO) != 0 && kPersistent && kSmemWithSeparateO <= 227 * 1024;
+  static constexpr bool kEarlyQ = (kFlags & kBitEarlyQ) != 0 && kSeparateO;
+  static constexpr bool kKLead = (kFlags & kBitKLead) != 0 && kIntraWGOverlap;
+  static constexpr bool kSnake = (kFlags & kBitSnake) != 0 && kPersistent;
 
   using TileShapeQK = cute::Shape<cute::Int<kBlockM>, cute::Int<kBlockN>, cute::Int<kHeadDim>>;
   using TileShapePV = cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>, cute::Int<kBlockN>>;

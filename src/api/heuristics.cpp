@@ -1,0 +1,29 @@
+#include "api/heuristics.hpp"
+
+#include <cstdlib>
+
+namespace hopattn::heuristics {
+
+FwdTuning& fwd_tuning() {
+  static FwdTuning t = [] {
+    FwdTuning f;
+    if (const char* v = std::getenv("HOPATTN_WS_SNAKE")) f.snake = std::atoi(v);
+    return f;
+  }();
+  return t;
+}
+
+// Measured over the paper grid: the snake order gains 6-11% at seqlen >= 4k, where each CTA runs
+// many causal tiles of widely different lengths, and loses ~5% at 1k-2k, where tiles are short
+// and runs of equal-length ones already balance the plain round-robin.
+bool causal_snake_order(int64_t seqlen_q) {
+  const int forced = fwd_tuning().snake;
+  return forced < 0 ? seqlen_q >= 4096 : forced != 0;
+}
+
+// Up to 1k keys, N = 128 pads nothing at the grid's powers of two and leaves shared memory for the
+// separate O buffer (+18% at 512); up to 4k, N = 160 keeps the separate O buffer (+4% at 2k);
+// beyond, N = 176 amortises each softmax over the most keys (+1.5% at 16k).
+int d128_noncausal_key_tile(int64_t seqlen_k) { return seqlen_k <= 1024 ? 128 : seqlen_k <= 4096 ? 160 : 0; }
+
+}  // namespace hopattn::heuristics

@@ -1,0 +1,24 @@
+// Host-side schedule heuristics of the forward kernels, measured on the H200 (docs/perf-notes.md,
+// "v2"). They live outside the kernel headers so that retuning a threshold recompiles this one
+// file rather than every kernel instantiation.
+#pragma once
+
+#include <cstdint>
+
+namespace hopattn::heuristics {
+
+// Overrides for tuning runs; a negative field means "use the heuristic". Initialised once from the
+// environment (HOPATTN_WS_SNAKE=0/1); bench/fa3_stages.cu sets the fields directly.
+struct FwdTuning {
+  int snake = -1;
+};
+FwdTuning& fwd_tuning();
+
+// Whether the persistent scheduler hands causal tiles out in snake order (see tile_scheduler.hpp).
+bool causal_snake_order(int64_t seqlen_q);
+
+// Key tile (keys per pipeline stage) of the d128 non-causal FlashAttention-3 kernel; 0 means the
+// config's default (176).
+int d128_noncausal_key_tile(int64_t seqlen_k);
+
+}  // namespace hopattn::heuristics

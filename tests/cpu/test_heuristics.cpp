@@ -1,0 +1,36 @@
+// The host heuristics pick among kernels that exist: the d128 non-causal key tile must be one the
+// dispatch instantiates (128, 160, or 0 for the default 176), and the tuning override must win.
+#include <gtest/gtest.h>
+
+#include <initializer_list>
+
+#include "api/heuristics.hpp"
+
+namespace hopattn::heuristics {
+namespace {
+
+TEST(Heuristics, D128KeyTileIsAnInstantiatedOne) {
+  for (int64_t sk : std::initializer_list<int64_t>{1, 17, 512, 1024, 1025, 2048, 4096, 4097, 16384, int64_t(1) << 30}) {
+    const int n = d128_noncausal_key_tile(sk);
+    EXPECT_TRUE(n == 0 || n == 128 || n == 160) << "seqlen_k " << sk << " -> " << n;
+  }
+  // Monotone: more keys never pick a smaller tile (0 stands for the largest, 176).
+  auto rank = [](int n) { return n == 0 ? 176 : n; };
+  for (int64_t sk = 1; sk < 20000; sk += 97) EXPECT_LE(rank(d128_noncausal_key_tile(sk)), rank(d128_noncausal_key_tile(sk + 97)));
+}
+
+TEST(Heuristics, SnakeOverrideWins) {
+  FwdTuning& t = fwd_tuning();
+  const FwdTuning saved = t;
+  t.snake = 0;
+  EXPECT_FALSE(causal_snake_order(1 << 20));
+  t.snake = 1;
+  EXPECT_TRUE(causal_snake_order(1));
+  t.snake = -1;
+  EXPECT_FALSE(causal_snake_order(512));
+  EXPECT_TRUE(causal_snake_order(16384));
+  t = saved;
+}
+
+}  // namespace
+}  // namespace hopattn::heuristics
