@@ -35,6 +35,8 @@ struct FwdEpilogue {
     TmaO tma_o;
     float* lse;  // (batch, heads_q, seqlen_q) contiguous, or null
     int seqlen_q, heads_q, batch;
+    Element* o;  // the same O as tma_o, for tiles written without shared memory (store_empty)
+    int64_t o_stride_batch, o_stride_row, o_stride_head;
   };
 
   static Params make_params(const AttnProblem& pr) {
@@ -42,8 +44,15 @@ struct FwdEpilogue {
     auto mO = make_tensor(make_gmem_ptr(static_cast<Element*>(pr.out)),
                           make_shape(int(pr.seqlen_q), int(kHeadDim), int(pr.heads_q), int(pr.batch)),
                           make_stride(pr.o_stride[1], _1{}, pr.o_stride[2], pr.o_stride[0]));
-    return {make_tma_copy(SM90_TMA_STORE{}, mO, SmemLayoutO{}, Shape<_64, HD>{}, _1{}), pr.lse, int(pr.seqlen_q),
-            int(pr.heads_q), int(pr.batch)};
+    return {make_tma_copy(SM90_TMA_STORE{}, mO, SmemLayoutO{}, Shape<_64, HD>{}, _1{}),
+            pr.lse,
+            int(pr.seqlen_q),
+            int(pr.heads_q),
+            int(pr.batch),
+            static_cast<Element*>(pr.out),
+            pr.o_stride[0],
+            pr.o_stride[1],
+            pr.o_stride[2]};
   }
 
   // tOrO: normalised fp32 O of this thread (PV accumulator layout); lse: per held row.
@@ -57,14 +66,13 @@ struct FwdEpilogue {
     const int wg_thread = thread_idx % 128;
 
     // The slice may still be read by this warpgroup's previous TMA store, which only thread 0 can
-    // wait for: with a separate O buffer it waits here (the store overlapped this whole tile); with
-    // O in the Q buffer it waited at the end of the previous call. A tile with key blocks would be
-    // safe anyway in the latter case (its Q load came after that wait), but a tile with no visible
-    // key skips the Q load, so every thread waits for thread 0 before overwriting the slice.
+    // wait for: with a separate O buffer it waits here (the store overlapped this whole tile), and
+    // the warpgroup syncs before overwriting the slice. With O in the Q buffer thread 0 waited at
+    // the end of the previous call, before Q was released and this tile's Q loaded over it.
     if constexpr (Cfg::kSeparateO) {
       if (wg_thread == 0) tma_store_wait<0>();
+      cutlass::arch::NamedBarrier::sync(128, barrier_id(FwdBarrier::kEpilogueWG0, wg));
     }
-    cutlass::arch::NamedBarrier::sync(128, barrier_id(FwdBarrier::kEpilogueWG0, wg));
     // Registers -> smem with stmatrix (8x8 16-bit tiles, matching the accumulator ownership).
     Element* o_buffer = Cfg::kSeparateO ? ss.o.data() : ss.q.data();
     Tensor sO = make_tensor(make_smem_ptr(o_buffer + wg * cosize_v<SmemLayoutO>), SmemLayoutO{});
@@ -85,21 +93,52 @@ struct FwdEpilogue {
       tma_store_arrive();
     }
 
-    if (p.lse != nullptr) {
-      // The thread holding column 0 of a row (one per quad) writes that row's lse.
-      typename Mainloop::TiledMmaPV mma_pv;
-      Tensor tOcO = acc_rowcol(mma_pv.get_thread_slice(thread_idx)
-                                   .partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{})));
-      float* lse_rows = p.lse + (int64_t(batch) * p.heads_q + head) * p.seqlen_q;
-      CUTE_UNROLL
-      for (int r = 0; r < kRows; ++r) {
-        const int row = m_block * kBlockM + get<0>(tOcO(r, 0));
-        if (get<1>(tOcO(r, 0)) == 0 && row < p.seqlen_q) lse_rows[row] = lse[r];
-      }
-    }
+    store_lse(p, thread_idx, m_block, head, batch, lse);
     // O in the Q buffer: the next tile's Q may be loaded only after the store has read the slice.
     if constexpr (!Cfg::kSeparateO) {
       if (wg_thread == 0) tma_store_wait<0>();
+    }
+  }
+
+  // A tile whose rows see no key: O = 0 and lse = -inf, stored straight from registers. It touches
+  // no shared memory, so it needs no handshake with the producer (which may be loading the next
+  // tile's Q into the buffer an epilogue would otherwise stage O through). Rare: only causal tiles
+  // above the diagonal when seqlen_q > seqlen_k, so plain 4-byte stores are fine.
+  __device__ static void store_empty(const Params& p, int thread_idx, int m_block, int head, int batch) {
+    using namespace cute;
+    typename Mainloop::TiledMmaPV mma_pv;
+    Tensor tOcO = acc_rowcol(
+        mma_pv.get_thread_slice(thread_idx).partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{})));
+    Element* o = p.o + int64_t(batch) * p.o_stride_batch + int64_t(head) * p.o_stride_head;
+    CUTE_UNROLL
+    for (int r = 0; r < size<0>(tOcO); ++r) {
+      const int row = m_block * kBlockM + get<0>(tOcO(r, 0));
+      if (row >= p.seqlen_q) continue;
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(tOcO); c += 2) {  // columns come in adjacent pairs
+        *reinterpret_cast<uint32_t*>(o + row * p.o_stride_row + get<1>(tOcO(r, c))) = 0u;
+      }
+    }
+    float lse[Mainloop::kRowsPerThread];
+    CUTE_UNROLL
+    for (int r = 0; r < Mainloop::kRowsPerThread; ++r) lse[r] = -INFINITY;
+    store_lse(p, thread_idx, m_block, head, batch, lse);
+  }
+
+  // The thread holding column 0 of a row (one per quad) writes that row's lse.
+  template <int kRows>
+  __device__ static void store_lse(const Params& p, int thread_idx, int m_block, int head, int batch,
+                                   const float (&lse)[kRows]) {
+    using namespace cute;
+    if (p.lse == nullptr) return;
+    typename Mainloop::TiledMmaPV mma_pv;
+    Tensor tOcO = acc_rowcol(
+        mma_pv.get_thread_slice(thread_idx).partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{})));
+    float* lse_rows = p.lse + (int64_t(batch) * p.heads_q + head) * p.seqlen_q;
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      const int row = m_block * kBlockM + get<0>(tOcO(r, 0));
+      if (get<1>(tOcO(r, 0)) == 0 && row < p.seqlen_q) lse_rows[row] = lse[r];
     }
   }
 

@@ -7,6 +7,7 @@
 #include "sm90/ws/tile_shape.hpp"
 
 #include <cute/tensor.hpp>
+#include <type_traits>
 #include <cutlass/arch/barrier.h>
 #include <cutlass/arch/reg_reconfig.h>
 #include <cutlass/pipeline/pipeline.hpp>
@@ -22,7 +23,8 @@ template <class Cfg>
 struct FwdWsKernel {
   using Mainloop = FwdMainloop<Cfg>;
   using Epilogue = FwdEpilogue<Cfg, Mainloop>;
-  using Scheduler = StaticTileScheduler<Cfg::kCausalMask, Cfg::kPersistent, Cfg::kSnake>;
+  using Scheduler = std::conditional_t<Cfg::kDynamic, DynamicTileScheduler<Cfg::kCausalMask>,
+                                       StaticTileScheduler<Cfg::kCausalMask, Cfg::kPersistent, Cfg::kSnake>>;
   using SharedStorage = typename Mainloop::SharedStorage;
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
   static_assert(kSmemBytes <= 227 * 1024, "tile does not fit in shared memory");
@@ -31,8 +33,17 @@ struct FwdWsKernel {
     typename Mainloop::Params mainloop;
     typename Epilogue::Params epilogue;
     TileOrder<Cfg::kCausalMask> order;
+    int queue_slot;  // the dynamic scheduler's counter: g_tile_queue_counters[queue_slot]
   };
 };
+
+// Counters of the dynamic tile scheduler, zero at module load; every launch leaves its counter at
+// zero again (DynamicTileScheduler). The host gives consecutive launches consecutive slots, so two
+// launches share a counter only if kTileQueueSlots launches separate them: concurrent kernels on
+// other streams cannot collide with any realistic number of launches in flight. `static`: each
+// translation unit (one per dtype and head dim) has its own array, so no cross-TU symbol clash.
+inline constexpr int kTileQueueSlots = 4096;
+static __device__ int g_tile_queue_counters[kTileQueueSlots];
 
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
@@ -41,6 +52,7 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
   using K = FwdWsKernel<Cfg>;
   using Mainloop = typename K::Mainloop;
   using Pipeline = typename Mainloop::Pipeline;
+  int* const queue_counter = g_tile_queue_counters + params.queue_slot;
   using PipelineState = typename Mainloop::PipelineState;
   using namespace cute;
 
@@ -56,6 +68,7 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
     cute::prefetch_tma_descriptor(mp.tma_v.get_tma_descriptor());
     cute::prefetch_tma_descriptor(params.epilogue.tma_o.get_tma_descriptor());
     cutlass::arch::ClusterTransactionBarrier::init(&ss.barrier_q, 1);
+    K::Scheduler::template init<Cfg::kNumMmaThreads>(ss.queue);
   }
   typename Pipeline::Params pipe_params;
   pipe_params.transaction_bytes = Mainloop::kKVBytes;
@@ -72,7 +85,7 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
     cutlass::arch::warpgroup_reg_dealloc<Cfg::kProducerRegs>();
     if (cutlass::canonical_warp_idx_sync() % 4 != 0) return;
     const typename Mainloop::Mask mask{mp.seqlen_q, mp.seqlen_k};
-    typename K::Scheduler sched(params.order);
+    const typename K::Scheduler sched(params.order, queue_counter);
     // elect.sync picks lane 0 (the warp is converged at every call), the thread named is_leader
     // above; electing rather than testing the lane id keeps TMA operands in uniform registers,
     // and re-electing at each use keeps the predicate out of the 24-register producer budget.
@@ -83,89 +96,95 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
     // advances the positions; the other lanes' copies are never read.
     PipelineState st_k = cutlass::make_producer_start_state<Pipeline>();
     PipelineState st_v = st_k;
-    bool first = true;
-    for (; sched.valid(); sched.advance(), first = false) {
-      const WorkTile t = sched.tile();
+    // The Q buffer handshake counts tiles with keys only: consumers release Q once per such tile,
+    // and the producer waits for that release (`pending`) before loading the next tile's Q. Tiles
+    // with no visible key touch neither Q nor shared memory (their zeros go straight to global
+    // memory), so no warpgroup can run ahead through them and arrive twice on one barrier phase.
+    bool pending = false;
+    int k = 0;
+    for (int idx = sched.first(); sched.valid(idx); ++k) {
+      const int fetched = sched.producer_fetch();  // dynamic: the atomic's latency hides below
+      const WorkTile t = sched.tile(idx);
       const int n_end = mask.n_block_end(t.m_block);
       const typename Mainloop::Loader loader{mp, ss, t.head, t.batch};
-      // The first K block does not depend on the Q buffer: issue it before waiting for the
-      // previous tile's consumers to release that buffer.
-      if (n_end > 0 && cute::elect_one_sync()) {
-        loader.load_k(pipe_k, st_k, n_end - 1);
-        ++st_k;
-      }
-      if (!first) {
-        cutlass::arch::NamedBarrier::sync(Cfg::kNumMmaThreads + 32, barrier_id(FwdBarrier::kQueryEmpty));
-      }
-      if (n_end > 0 && cute::elect_one_sync()) {
-        loader.load_q(t.m_block);
-        if constexpr (Cfg::kKLead) {
-          for (int n = n_end - 2; n >= 0; --n) {
-            loader.load_k(pipe_k, st_k, n);
-            ++st_k;
-            loader.load_v(pipe_v, st_v, n + 1);
+      if (n_end > 0) {
+        // The first K block does not depend on the Q buffer: issue it before waiting for the
+        // previous tile's consumers to release that buffer.
+        if (cute::elect_one_sync()) {
+          loader.load_k(pipe_k, st_k, n_end - 1);
+          ++st_k;
+        }
+        if (pending) cutlass::arch::NamedBarrier::sync(Cfg::kNumMmaThreads + 32, barrier_id(FwdBarrier::kQueryEmpty));
+        pending = true;
+        if (cute::elect_one_sync()) {
+          loader.load_q(t.m_block);
+          if constexpr (Cfg::kKLead) {
+            for (int n = n_end - 2; n >= 0; --n) {
+              loader.load_k(pipe_k, st_k, n);
+              ++st_k;
+              loader.load_v(pipe_v, st_v, n + 1);
+              ++st_v;
+            }
+            loader.load_v(pipe_v, st_v, 0);
             ++st_v;
-          }
-          loader.load_v(pipe_v, st_v, 0);
-          ++st_v;
-        } else {
-          loader.load_v(pipe_v, st_v, n_end - 1);
-          ++st_v;
-          for (int n = n_end - 2; n >= 0; --n) {
-            loader.load_k(pipe_k, st_k, n);
-            ++st_k;
-            loader.load_v(pipe_v, st_v, n);
+          } else {
+            loader.load_v(pipe_v, st_v, n_end - 1);
             ++st_v;
+            for (int n = n_end - 2; n >= 0; --n) {
+              loader.load_k(pipe_k, st_k, n);
+              ++st_k;
+              loader.load_v(pipe_v, st_v, n);
+              ++st_v;
+            }
           }
         }
+        __syncwarp();
       }
-      __syncwarp();
+      idx = sched.producer_publish(k, fetched, ss.queue);
     }
+    // Take the consumers' release of the last Q, so no arrival is left pending at exit.
+    if (pending) cutlass::arch::NamedBarrier::sync(Cfg::kNumMmaThreads + 32, barrier_id(FwdBarrier::kQueryEmpty));
     // Keep the producer alive until the consumers have released every stage it filled.
     if (cute::elect_one_sync()) pipe_k.producer_tail(st_k);
     __syncwarp();
   } else {
     cutlass::arch::warpgroup_reg_alloc<Cfg::kConsumerRegs>();
     const typename Mainloop::Mask mask{mp.seqlen_q, mp.seqlen_k};
-    typename K::Scheduler sched(params.order);
+    const typename K::Scheduler sched(params.order, queue_counter);
     const int thread_idx = threadIdx.x - 128;
     const int wg = thread_idx / 128;
     typename Mainloop::TiledMmaPV mma_pv;
     PipelineState st;
     uint32_t q_phase = 0;
+    uint32_t queue_phases = 0;
     if constexpr (Cfg::kPingPong) {
       // The last warpgroup hands the first turn to warpgroup 0.
       if (wg == Cfg::kNumConsumerWG - 1) cutlass::arch::NamedBarrier::arrive(256, barrier_id(FwdBarrier::kGemmTurnWG0, 0));
     }
-    for (; sched.valid(); sched.advance()) {
-      const WorkTile t = sched.tile();
+    int k = 0;
+    for (int idx = sched.first(); sched.valid(idx); idx = sched.consumer_next(k, ss.queue, queue_phases), ++k) {
+      const WorkTile t = sched.tile(idx);
       const int n_end = mask.n_block_end(t.m_block);
+      if (n_end == 0) {
+        // No visible key: O = 0 and lse = -inf, written without shared memory (see the producer).
+        K::Epilogue::store_empty(params.epilogue, thread_idx, t.m_block, t.head, t.batch);
+        continue;
+      }
       Tensor tOrO = partition_fragment_C(mma_pv, Shape<Int<Cfg::kBlockM>, Int<Cfg::kHeadDim>>{});
       typename Mainloop::Softmax softmax(mp.scale_log2);
-      const bool has_next = sched.has_next();
-      if (n_end > 0) {
-        Mainloop::mma_tile(mp, ss, pipe_k, pipe_v, st, q_phase, thread_idx, t.m_block, n_end, tOrO, softmax,
-                           has_next);
-        q_phase ^= 1u;
-      } else {
-        clear(tOrO);  // no visible key: O = 0, lse = -inf (sum stays 0)
-      }
-      if constexpr (Cfg::kSeparateO) {
-        // Every GEMM reading Q has completed (mma_tile waited for all of them) and O goes to its
-        // own buffer: release Q now, so the producer's next Q load overlaps this epilogue.
-        // With kEarlyQ mma_tile did so already, after the last S GEMM.
-        if (has_next && (!Cfg::kEarlyQ || n_end == 0))
-          cutlass::arch::NamedBarrier::arrive(Cfg::kNumMmaThreads + 32, barrier_id(FwdBarrier::kQueryEmpty));
-      }
+      Mainloop::mma_tile(mp, ss, pipe_k, pipe_v, st, q_phase, thread_idx, t.m_block, n_end, tOrO, softmax);
+      q_phase ^= 1u;
+      // Q is released once per tile with keys. With a separate O buffer as soon as no GEMM reads Q
+      // any more: after the last S GEMM inside mma_tile (kEarlyQ), else here, before the epilogue.
+      if constexpr (Cfg::kSeparateO && !Cfg::kEarlyQ)
+        cutlass::arch::NamedBarrier::arrive(Cfg::kNumMmaThreads + 32, barrier_id(FwdBarrier::kQueryEmpty));
       float lse[Mainloop::kRowsPerThread];
       auto o_rc = acc_rowcol(tOrO);
       softmax.finalize(o_rc, mp.scale, lse);
       K::Epilogue::store(params.epilogue, ss, thread_idx, t.m_block, t.head, t.batch, tOrO, lse);
       if constexpr (!Cfg::kSeparateO) {
-        if (has_next) {
-          // The Q/O buffer is free (the O store has read it): the producer may load the next Q.
-          cutlass::arch::NamedBarrier::arrive(Cfg::kNumMmaThreads + 32, barrier_id(FwdBarrier::kQueryEmpty));
-        }
+        // The Q/O buffer is free (the O store has read it): the producer may load the next Q.
+        cutlass::arch::NamedBarrier::arrive(Cfg::kNumMmaThreads + 32, barrier_id(FwdBarrier::kQueryEmpty));
       }
     }
     K::Epilogue::drain(thread_idx);

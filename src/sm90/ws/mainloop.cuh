@@ -15,6 +15,7 @@
 #include "sm90/ws/mask.cuh"
 #include "sm90/ws/named_barriers.hpp"
 #include "sm90/ws/softmax.cuh"
+#include "sm90/ws/tile_scheduler.hpp"
 
 namespace hopattn::sm90::ws {
 
@@ -108,6 +109,7 @@ struct FwdMainloop {
     typename Pipeline::SharedStorage pipe_k;
     typename Pipeline::SharedStorage pipe_v;
     uint64_t barrier_q;  // ClusterTransactionBarrier storage: Q arrived
+    TileQueueStorage queue;  // the dynamic tile scheduler's next-tile slots
   };
 
   struct Params {
@@ -207,13 +209,13 @@ struct FwdMainloop {
 
   // Runs key blocks n_end-1 .. 0 of one query tile; on return tOrO holds the unnormalised O and
   // softmax the row max/sum. `st` is the shared K/V ring position, advanced by n_end.
-  // release_q (Cfg::kEarlyQ, and the CTA has another tile): arrive on QueryEmpty as soon as the
-  // tile's last S GEMM has completed, the last read of Q, so the producer's next Q load overlaps
-  // the last softmax, the last P V and the epilogue.
+  // Cfg::kEarlyQ: arrive on QueryEmpty as soon as the tile's last S GEMM has completed, the last
+  // read of Q, so the producer's next Q load overlaps the last softmax, the last P V and the
+  // epilogue.
   template <class FragO>
   __device__ static void mma_tile(const Params& p, SharedStorage& ss, Pipeline& pipe_k, Pipeline& pipe_v,
                                   PipelineState& st, uint32_t q_phase, int thread_idx, int m_block, int n_end,
-                                  FragO& tOrO, Softmax& softmax, bool release_q) {
+                                  FragO& tOrO, Softmax& softmax) {
     using namespace cute;
     TiledMmaQK mma_qk;
     TiledMmaPV mma_pv;
@@ -237,7 +239,7 @@ struct FwdMainloop {
     auto to_p = [&]() { convert_fragment(tSrS, tOrP); };  // P = 16-bit(S) as the A operand
     auto q_read_done = [&](int n) {  // call once S of block n has completed
       if constexpr (Cfg::kEarlyQ) {
-        if (n == 0 && release_q)
+        if (n == 0)
           cutlass::arch::NamedBarrier::arrive(Cfg::kNumMmaThreads + 32, barrier_id(FwdBarrier::kQueryEmpty));
       }
     };
