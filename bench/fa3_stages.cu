@@ -282,43 +282,37 @@ struct Variant {
   const char* name;
   int d;
   Launcher fn;
-  double l2_section_mb = -1;  // heuristics::FwdTuning overrides; < 0 keeps the library's choice
-  int snake = -1;
+  int snake = -1;  // heuristics::FwdTuning::snake override; < 0 keeps the library's heuristic
 };
 
-// The schedule variants, all bf16. Stage letters as in tile_shape.hpp: E = D + early Q release +
-// K loads leading V + snake round-robin at seqlen >= 4k, with d128 non-causal's key tile picked by
-// seqlen; F = E with the dynamic causal scheduler over L2 sections ("secN": N MB of K/V per
-// section; "nosec": one section, the plain longest-first order).
+// The schedule variants, all bf16. Stage letters as in tile_shape.hpp: D = overlap + ping-pong +
+// persistent + separate O; E = D + early Q release + K loads leading V + snake round-robin where
+// the library's heuristic picks it (the library's default), with d128 non-causal's key tile
+// picked by seqlen; "nosnake" forces the plain round-robin; N176 pins d128's old key tile.
 static const std::vector<Variant>& variants() {
   constexpr DType BF = DType::kBF16;
   using namespace ws;
   static const std::vector<Variant> v = {
 #ifdef WS_PROBE_QUICK
+      {"D", 128, L<BF, 128, kStageD>()},
       {"E", 128, L<BF, 128, kStageE>()},
-      {"F", 128, L<BF, 128, kStageF>()},
 #else
+      {"D", 128, L<BF, 128, kStageD>()},
       {"E", 128, L<BF, 128, kStageE>()},
-      {"F", 128, L<BF, 128, kStageF>()},
-      {"F sec8", 128, L<BF, 128, kStageF>(), 8},
-      {"F sec40", 128, L<BF, 128, kStageF>(), 40},
-      {"F nosec", 128, L<BF, 128, kStageF>(), 1e6},
+      {"E nosnake", 128, L<BF, 128, kStageE>(), 0},
+      {"E N176", 128, L<BF, 128, kStageE, 176>()},
+      {"D", 64, L<BF, 64, kStageD>()},
       {"E", 64, L<BF, 64, kStageE>()},
-      {"F", 64, L<BF, 64, kStageF>()},
-      {"F nosec", 64, L<BF, 64, kStageF>(), 1e6},
+      {"E nosnake", 64, L<BF, 64, kStageE>(), 0},
+      {"D", 256, L<BF, 256, kStageD>()},
       {"E", 256, L<BF, 256, kStageE>()},
-      {"F", 256, L<BF, 256, kStageF>()},
-      {"F nosec", 256, L<BF, 256, kStageF>(), 1e6},
+      {"E nosnake", 256, L<BF, 256, kStageE>(), 0},
 #endif
   };
   return v;
 }
 
-static void apply_tuning(const Variant& v) {
-  hopattn::heuristics::FwdTuning& t = hopattn::heuristics::fwd_tuning();
-  t.l2_section_mb = v.l2_section_mb;
-  t.snake = v.snake;
-}
+static void apply_tuning(const Variant& v) { hopattn::heuristics::fwd_tuning().snake = v.snake; }
 
 static std::vector<Case> check_cases(int d) {
   constexpr DType BF = DType::kBF16;

@@ -5,7 +5,9 @@
 set -uo pipefail
 pack=.gpu
 export LD_LIBRARY_PATH=$PWD/$pack/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-filter=${1:-'Sm90*bf16_d*_b1_h8x2_q127_k255*'}
+# Default: every head dim at q127/k255, plus d128 causal q2048/k512 (tiles with no visible key
+# between full ones, N=128) and d128 non-causal q512/k2048 (the N=160 key tile).
+filter=${1:-'Sm90*bf16_d*_b1_h8x2_q127_k255*:Sm90*bf16_d128_causal_b1_h8x2_q2048_k512*:Sm90*bf16_d128_full_b1_h8x2_q512_k2048*'}
 status=0
 for kernel in ws mma; do
   for tool in memcheck racecheck; do

@@ -8,7 +8,6 @@ FwdTuning& fwd_tuning() {
   static FwdTuning t = [] {
     FwdTuning f;
     if (const char* v = std::getenv("HOPATTN_WS_SNAKE")) f.snake = std::atoi(v);
-    if (const char* v = std::getenv("HOPATTN_WS_L2_SECTION_MB")) f.l2_section_mb = std::atof(v);
     return f;
   }();
   return t;
@@ -20,15 +19,6 @@ FwdTuning& fwd_tuning() {
 bool causal_snake_order(int64_t seqlen_q) {
   const int forced = fwd_tuning().snake;
   return forced < 0 ? seqlen_q >= 4096 : forced != 0;
-}
-
-// A section's K/V should stay in L2 while its tiles run; a third of L2 leaves room for the Q and O
-// streams and for the sections before and after it, whose tiles overlap it in time.
-int causal_l2_section_pairs(int64_t kv_bytes_per_pair, int pairs, int l2_bytes) {
-  const double mb = fwd_tuning().l2_section_mb;
-  const int64_t budget = mb >= 0 ? int64_t(mb * (1 << 20)) : int64_t(l2_bytes) / 3;
-  const int64_t n = kv_bytes_per_pair > 0 ? budget / kv_bytes_per_pair : pairs;
-  return int(n < 1 ? 1 : (n > pairs ? pairs : n));
 }
 
 // Up to 1k keys, N = 128 pads nothing at the grid's powers of two and leaves shared memory for the

@@ -8,7 +8,6 @@
 
 #include <cuda_runtime.h>
 
-#include <atomic>
 #include <climits>
 #include <cstdint>
 
@@ -31,21 +30,8 @@ cudaError_t launch_fwd_ws(const AttnProblem& pr, cudaStream_t stream) {
   const int64_t num_m_blocks = (pr.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM;
   // Half the int range: the scheduler computes indices up to num_tiles + 2 * grid.
   if (num_m_blocks * pr.heads_q * pr.batch > INT_MAX / 2) return cudaErrorInvalidConfiguration;
-  const int pairs = int(pr.heads_q * pr.batch);
-  params.order = {int(num_m_blocks), int(pr.heads_q), int(pr.batch), pairs, false};
-  params.queue_slot = 0;
-  if constexpr (Cfg::kDynamic) {
-    int l2_bytes = 0;
-    if (cudaError_t e = current_device_attribute<cudaDevAttrL2CacheSize>(&l2_bytes); e != cudaSuccess) return e;
-    // K and V bytes per query head: a GQA group's query heads are adjacent in a section and share
-    // their KV head's tensors, so each accounts for 1/group of them.
-    const int64_t kv_bytes = 2 * pr.seqlen_k * kHeadDim * int64_t(sizeof(typename Cfg::Element)) / pr.group();
-    params.order.section = heuristics::causal_l2_section_pairs(kv_bytes, pairs, l2_bytes);
-    static std::atomic<unsigned> next_slot{0};
-    params.queue_slot = int(next_slot.fetch_add(1, std::memory_order_relaxed) % unsigned(kTileQueueSlots));
-  } else if constexpr (kCausal) {
-    params.order.snake = heuristics::causal_snake_order(pr.seqlen_q);
-  }
+  params.order = {int(num_m_blocks), int(pr.heads_q), int(pr.batch), false};
+  if constexpr (kCausal) params.order.snake = heuristics::causal_snake_order(pr.seqlen_q);
 
   int grid = params.order.num_tiles();
   if constexpr (Cfg::kPersistent) {

@@ -7,7 +7,6 @@
 #include "sm90/ws/tile_shape.hpp"
 
 #include <cute/tensor.hpp>
-#include <type_traits>
 #include <cutlass/arch/barrier.h>
 #include <cutlass/arch/reg_reconfig.h>
 #include <cutlass/pipeline/pipeline.hpp>
@@ -23,8 +22,7 @@ template <class Cfg>
 struct FwdWsKernel {
   using Mainloop = FwdMainloop<Cfg>;
   using Epilogue = FwdEpilogue<Cfg, Mainloop>;
-  using Scheduler = std::conditional_t<Cfg::kDynamic, DynamicTileScheduler<Cfg::kCausalMask>,
-                                       StaticTileScheduler<Cfg::kCausalMask, Cfg::kPersistent, Cfg::kSnake>>;
+  using Scheduler = StaticTileScheduler<Cfg::kCausalMask, Cfg::kPersistent, Cfg::kSnake>;
   using SharedStorage = typename Mainloop::SharedStorage;
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
   static_assert(kSmemBytes <= 227 * 1024, "tile does not fit in shared memory");
@@ -33,17 +31,8 @@ struct FwdWsKernel {
     typename Mainloop::Params mainloop;
     typename Epilogue::Params epilogue;
     TileOrder<Cfg::kCausalMask> order;
-    int queue_slot;  // the dynamic scheduler's counter: g_tile_queue_counters[queue_slot]
   };
 };
-
-// Counters of the dynamic tile scheduler, zero at module load; every launch leaves its counter at
-// zero again (DynamicTileScheduler). The host gives consecutive launches consecutive slots, so two
-// launches share a counter only if kTileQueueSlots launches separate them: concurrent kernels on
-// other streams cannot collide with any realistic number of launches in flight. `static`: each
-// translation unit (one per dtype and head dim) has its own array, so no cross-TU symbol clash.
-inline constexpr int kTileQueueSlots = 4096;
-static __device__ int g_tile_queue_counters[kTileQueueSlots];
 
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
@@ -52,7 +41,6 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
   using K = FwdWsKernel<Cfg>;
   using Mainloop = typename K::Mainloop;
   using Pipeline = typename Mainloop::Pipeline;
-  int* const queue_counter = g_tile_queue_counters + params.queue_slot;
   using PipelineState = typename Mainloop::PipelineState;
   using namespace cute;
 
@@ -68,7 +56,6 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
     cute::prefetch_tma_descriptor(mp.tma_v.get_tma_descriptor());
     cute::prefetch_tma_descriptor(params.epilogue.tma_o.get_tma_descriptor());
     cutlass::arch::ClusterTransactionBarrier::init(&ss.barrier_q, 1);
-    K::Scheduler::template init<Cfg::kNumMmaThreads>(ss.queue);
   }
   typename Pipeline::Params pipe_params;
   pipe_params.transaction_bytes = Mainloop::kKVBytes;
@@ -85,7 +72,7 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
     cutlass::arch::warpgroup_reg_dealloc<Cfg::kProducerRegs>();
     if (cutlass::canonical_warp_idx_sync() % 4 != 0) return;
     const typename Mainloop::Mask mask{mp.seqlen_q, mp.seqlen_k};
-    const typename K::Scheduler sched(params.order, queue_counter);
+    const typename K::Scheduler sched{params.order};
     // elect.sync picks lane 0 (the warp is converged at every call), the thread named is_leader
     // above; electing rather than testing the lane id keeps TMA operands in uniform registers,
     // and re-electing at each use keeps the predicate out of the 24-register producer budget.
@@ -103,7 +90,6 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
     bool pending = false;
     int k = 0;
     for (int idx = sched.first(); sched.valid(idx); ++k) {
-      const int fetched = sched.producer_fetch();  // dynamic: the atomic's latency hides below
       const WorkTile t = sched.tile(idx);
       const int n_end = mask.n_block_end(t.m_block);
       const typename Mainloop::Loader loader{mp, ss, t.head, t.batch};
@@ -140,7 +126,7 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
         }
         __syncwarp();
       }
-      idx = sched.producer_publish(k, fetched, ss.queue);
+      idx = sched.next(k);
     }
     // Take the consumers' release of the last Q, so no arrival is left pending at exit.
     if (pending) cutlass::arch::NamedBarrier::sync(Cfg::kNumMmaThreads + 32, barrier_id(FwdBarrier::kQueryEmpty));
@@ -150,19 +136,18 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
   } else {
     cutlass::arch::warpgroup_reg_alloc<Cfg::kConsumerRegs>();
     const typename Mainloop::Mask mask{mp.seqlen_q, mp.seqlen_k};
-    const typename K::Scheduler sched(params.order, queue_counter);
+    const typename K::Scheduler sched{params.order};
     const int thread_idx = threadIdx.x - 128;
     const int wg = thread_idx / 128;
     typename Mainloop::TiledMmaPV mma_pv;
     PipelineState st;
     uint32_t q_phase = 0;
-    uint32_t queue_phases = 0;
     if constexpr (Cfg::kPingPong) {
       // The last warpgroup hands the first turn to warpgroup 0.
       if (wg == Cfg::kNumConsumerWG - 1) cutlass::arch::NamedBarrier::arrive(256, barrier_id(FwdBarrier::kGemmTurnWG0, 0));
     }
     int k = 0;
-    for (int idx = sched.first(); sched.valid(idx); idx = sched.consumer_next(k, ss.queue, queue_phases), ++k) {
+    for (int idx = sched.first(); sched.valid(idx); idx = sched.next(k), ++k) {
       const WorkTile t = sched.tile(idx);
       const int n_end = mask.n_block_end(t.m_block);
       if (n_end == 0) {

@@ -15,7 +15,6 @@
 #include "sm90/ws/mask.cuh"
 #include "sm90/ws/named_barriers.hpp"
 #include "sm90/ws/softmax.cuh"
-#include "sm90/ws/tile_scheduler.hpp"
 
 namespace hopattn::sm90::ws {
 
@@ -109,7 +108,6 @@ struct FwdMainloop {
     typename Pipeline::SharedStorage pipe_k;
     typename Pipeline::SharedStorage pipe_v;
     uint64_t barrier_q;  // ClusterTransactionBarrier storage: Q arrived
-    TileQueueStorage queue;  // the dynamic tile scheduler's next-tile slots
   };
 
   struct Params {

@@ -37,14 +37,12 @@ enum StageBits : unsigned {
                             // K_{j+1} (for S) before V_j (for P V)
   kBitSnake = 64u,          // persistent round-robin reverses direction every round, so the CTA
                             // that drew the longest causal tile draws the shortest next
-  kBitDynamic = 128u,       // causal: persistent CTAs take tiles from a global queue, in L2 sections
 };
 inline constexpr unsigned kStageA = 0u;
 inline constexpr unsigned kStageB = kBitPersistent;
 inline constexpr unsigned kStageC = kBitPersistent | kBitIntraWGOverlap | kBitPingPong;
 inline constexpr unsigned kStageD = kStageC | kBitSeparateO;
 inline constexpr unsigned kStageE = kStageD | kBitEarlyQ | kBitKLead | kBitSnake;
-inline constexpr unsigned kStageF = kStageE | kBitDynamic;
 
 // kBlockNOverride (0 = the default below) exists for tile-size searches (bench/fa3_stages.cu).
 template <DType kDType, int kHeadDim_, bool kCausal, unsigned kFlags = kStageE, int kBlockNOverride = 0>
@@ -90,7 +88,6 @@ struct FwdWsConfig {
   static constexpr bool kEarlyQ = (kFlags & kBitEarlyQ) != 0 && kSeparateO;
   static constexpr bool kKLead = (kFlags & kBitKLead) != 0 && kIntraWGOverlap;
   static constexpr bool kSnake = (kFlags & kBitSnake) != 0 && kPersistent;
-  static constexpr bool kDynamic = (kFlags & kBitDynamic) != 0 && kPersistent && kCausal;
 
   using TileShapeQK = cute::Shape<cute::Int<kBlockM>, cute::Int<kBlockN>, cute::Int<kHeadDim>>;
   using TileShapePV = cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>, cute::Int<kBlockN>>;
