@@ -2,7 +2,8 @@
 // (stages and switches in tile_shape.hpp), each checked against a naive fp32 CUDA reference with
 // NaN-poisoned outputs. `--grid [D]` then times every variant over the paper's grid (seqlen 512..16k,
 // causal and not), interleaved per shape, so a schedule change is judged over the grid rather than
-// one shape; `--profile NAME D CAUSAL SEQLEN` runs one variant on one shape (for ncu).
+// one shape; `--profile NAME D CAUSAL SEQLEN` runs one variant on one shape (for ncu);
+// `--loop NAME D CAUSAL SEQLEN N` times it N times back to back (to watch clocks meanwhile).
 // Not part of the library's dispatch: build with -DHOPATTN_BUILD_STAGE_PROBE=ON (Release flags).
 // Add -DWS_PROBE_QUICK to build only bf16 d128 D and E. Exit code 0 iff every case passes.
 
@@ -393,6 +394,36 @@ int main(int argc, char** argv) {
       return 0;
     }
     std::printf("no variant %s at d%d\n", argv[2], d);
+    return 2;
+  }
+  // --loop NAME D CAUSAL SEQLEN SECONDS: back-to-back launches on one set of buffers for a while
+  // (watch clocks and power with nvidia-smi meanwhile); prints TFLOP/s per batch of 50 launches.
+  if (argc == 7 && std::strcmp(argv[1], "--loop") == 0) {
+    const int d = std::atoi(argv[3]), s = std::atoi(argv[5]), secs = std::atoi(argv[6]);
+    for (const Variant& v : variants()) {
+      if (v.d != d || std::strcmp(v.name, argv[2]) != 0) continue;
+      const Case c{"", DType::kBF16, d, 16384 / s, 2048 / d, 2048 / d, s, s, std::atoi(argv[4]) != 0, false};
+      apply_tuning(v);
+      Buffers buf;
+      const AttnProblem pr = make_problem(c, buf);
+      const double flops = 4.0 * c.b * c.hq * double(c.sq) * c.sk * c.d * (c.causal ? 0.5 : 1.0);
+      cudaEvent_t e0, e1;
+      CHECK_CUDA(cudaEventCreate(&e0));
+      CHECK_CUDA(cudaEventCreate(&e1));
+      float total_ms = 0.f;
+      for (int batch = 0; total_ms < secs * 1000.f; ++batch) {
+        CHECK_CUDA(cudaEventRecord(e0));
+        for (int j = 0; j < 50; ++j) CHECK_CUDA(v.fn(pr, nullptr));
+        CHECK_CUDA(cudaEventRecord(e1));
+        CHECK_CUDA(cudaEventSynchronize(e1));
+        float ms;
+        CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+        total_ms += ms;
+        std::printf("%s d%d causal=%d s=%d batch %d: %.1f TFLOP/s\n", v.name, d, c.causal, s, batch,
+                    flops * 50 / (ms * 1e-3) / 1e12);
+      }
+      return 0;
+    }
     return 2;
   }
   bool all_ok = true;
