@@ -1,0 +1,164 @@
+"""FP8 (e4m3) attention, simulated in numpy: the oracle and the accuracy model for the FP8 kernel.
+
+FlashAttention-3's FP8 forward quantises Q, K and V to e4m3 with scales, converts P to e4m3 in
+registers before the P·V GEMM, and keeps the row sums and O in fp32. Two techniques bound the
+error (Shah et al. 2024, section 3.3):
+
+- block quantisation: one scale per tile of rows (the tiles the kernel reads) instead of one per
+  tensor, so a large value only costs precision in its own tile;
+- incoherent processing: Q and K are multiplied by the same random orthogonal matrix
+  M = diag(random signs) @ Hadamard / sqrt(d) before quantising. Q Mᵀ (K Mᵀ)ᵀ = Q Kᵀ exactly, but
+  an outlier feature is spread over all d coordinates, so the per-block maxima shrink.
+
+Everything here is plain numpy in float64 apart from the simulated e4m3 rounding, so it runs on a
+machine without a GPU (tests and CI) and serves as the reference the kernel is checked against.
+Shapes follow the library: (batch, seqlen, heads, head_dim).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+E4M3_MAX = 448.0  # largest finite e4m3fn value (S.1111.110)
+_E4M3_MIN_NORMAL = 2.0**-6
+_E4M3_SUBNORMAL_STEP = 2.0**-9
+_E4M3_MANTISSA_BITS = 3
+
+
+def round_to_e4m3(x: np.ndarray) -> np.ndarray:
+    """Rounds to the nearest e4m3fn value (ties to even), saturating at ±448 (the kernel's
+    cvt.rn.satfinite). Returns float64 values that are exactly representable in e4m3fn."""
+    x = np.asarray(x, dtype=np.float64)
+    a = np.minimum(np.abs(x), E4M3_MAX)
+    # Spacing of representable values around a: 2^(e - 3) in the normal range, 2^-9 below it.
+    with np.errstate(divide="ignore"):
+        e = np.floor(np.log2(np.where(a > 0, a, 1.0)))
+    quantum = np.where(a >= _E4M3_MIN_NORMAL, np.exp2(e - _E4M3_MANTISSA_BITS), _E4M3_SUBNORMAL_STEP)
+    r = np.minimum(np.rint(a / quantum) * quantum, E4M3_MAX)  # np.rint rounds half to even
+    return np.copysign(r, x)
+
+
+def hadamard(d: int) -> np.ndarray:
+    """The d x d Sylvester Hadamard matrix (entries ±1); d must be a power of two."""
+    if d < 1 or d & (d - 1):
+        raise ValueError(f"head_dim must be a power of two for the Hadamard rotation, got {d}")
+    h = np.ones((1, 1))
+    while h.shape[0] < d:
+        h = np.block([[h, h], [h, -h]])
+    return h
+
+
+def random_rotation(d: int, seed: int) -> np.ndarray:
+    """M = diag(random ±1) @ H / sqrt(d): orthogonal, and the same seed gives the same M."""
+    signs = np.random.default_rng(seed).choice([-1.0, 1.0], size=d)
+    return signs[:, None] * hadamard(d) / np.sqrt(d)
+
+
+def quantize(x: np.ndarray, granularity: str, block_rows: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Scales x (batch, seqlen, heads, d) into e4m3 range and rounds it.
+
+    granularity: "tensor" (one scale), "head" (one per batch and head, as FlashAttention-3's
+    public code), or "block" (one per batch, head and tile of `block_rows` rows).
+    Returns (dequantised values, scales); the scale maps the block's |max| to 448.
+    """
+    b, s, h, d = x.shape
+    if granularity == "tensor":
+        amax = np.abs(x).max(keepdims=True)  # (1, 1, 1, 1)
+        scale = np.where(amax > 0, amax / E4M3_MAX, 1.0)
+        return round_to_e4m3(x / scale) * scale, scale
+    if granularity == "head":
+        amax = np.abs(x).max(axis=(1, 3), keepdims=True)  # (b, 1, h, 1)
+        scale = np.where(amax > 0, amax / E4M3_MAX, 1.0)
+        return round_to_e4m3(x / scale) * scale, scale
+    if granularity == "block":
+        if block_rows <= 0:
+            raise ValueError("block quantisation needs block_rows > 0")
+        nblk = -(-s // block_rows)
+        pad = nblk * block_rows - s
+        xp = np.pad(x, ((0, 0), (0, pad), (0, 0), (0, 0)))
+        xb = xp.reshape(b, nblk, block_rows, h, d)
+        amax = np.abs(xb).max(axis=(2, 4), keepdims=True)  # (b, nblk, 1, h, 1)
+        scale = np.where(amax > 0, amax / E4M3_MAX, 1.0)
+        deq = (round_to_e4m3(xb / scale) * scale).reshape(b, nblk * block_rows, h, d)[:, :s]
+        return deq, scale
+    raise ValueError(f"unknown granularity {granularity!r}")
+
+
+def attention_fp64(q, k, v, causal=False, scale=None):
+    """Exact attention in float64 (GQA by head groups, bottom-right causal alignment)."""
+    q, k, v = (np.asarray(t, dtype=np.float64) for t in (q, k, v))
+    b, sq, hq, d = q.shape
+    sk, hk = k.shape[1], k.shape[2]
+    scale = 1.0 / np.sqrt(d) if scale is None else scale
+    g = hq // hk
+    kk = np.repeat(k, g, axis=2)
+    vv = np.repeat(v, g, axis=2)
+    s = np.einsum("bqhd,bkhd->bhqk", q, kk) * scale
+    if causal:
+        rows = np.arange(sq)[:, None] + (sk - sq)
+        s = np.where(np.arange(sk)[None, :] <= rows, s, -np.inf)
+    m = s.max(axis=-1, keepdims=True)
+    p = np.exp(s - np.where(np.isfinite(m), m, 0.0))
+    out = np.einsum("bhqk,bkhd->bqhd", p, vv) / np.maximum(p.sum(axis=-1), 1e-300).transpose(0, 2, 1)[..., None]
+    return out
+
+
+def fp8_inputs(q, k, v, incoherent=True, granularity="block", block_m=128, block_n=128, seed=0):
+    """Q, K, V as the FP8 kernel sees them, dequantised to float64: Q and K rotated by the same
+    random_rotation(d, seed) when `incoherent`, Q quantised in tiles of block_m rows, K and V in
+    tiles of block_n rows (for granularity="block"; see quantize for the others)."""
+    q, k, v = (np.asarray(t, dtype=np.float64) for t in (q, k, v))
+    if incoherent:
+        m = random_rotation(q.shape[-1], seed)
+        q, k = q @ m.T, k @ m.T
+    return quantize(q, granularity, block_m)[0], quantize(k, granularity, block_n)[0], quantize(v, granularity, block_n)[0]
+
+
+def attention_from_fp8(qd, kd, vd, causal=False, quantize_p=True):
+    """The FP8 kernel's arithmetic on dequantised inputs: S and the softmax in float64, P (which
+    is exp(s - rowmax) in (0, 1]) rounded to e4m3 before P·V when `quantize_p`, the row sum taken
+    over the unrounded P (the kernel sums fp32 P). Rows are independent when not causal, so a
+    caller may pass a slice of query rows to bound memory."""
+    b, sq, hq, d = qd.shape
+    sk, hk = kd.shape[1], kd.shape[2]
+    g = hq // hk
+    kk = np.repeat(kd, g, axis=2)
+    vv = np.repeat(vd, g, axis=2)
+    s = np.einsum("bqhd,bkhd->bhqk", qd, kk) / np.sqrt(d)
+    if causal:
+        rows = np.arange(sq)[:, None] + (sk - sq)
+        s = np.where(np.arange(sk)[None, :] <= rows, s, -np.inf)
+    mx = s.max(axis=-1, keepdims=True)
+    p = np.exp(s - np.where(np.isfinite(mx), mx, 0.0))
+    row_sum = np.maximum(p.sum(axis=-1), 1e-300)
+    pq = round_to_e4m3(p) if quantize_p else p
+    return np.einsum("bhqk,bkhd->bqhd", pq, vv) / row_sum.transpose(0, 2, 1)[..., None]
+
+
+def attention_fp8_simulated(
+    q,
+    k,
+    v,
+    causal=False,
+    incoherent=True,
+    granularity="block",
+    block_m=128,
+    block_n=128,
+    seed=0,
+    quantize_p=True,
+):
+    """FP8 attention as the kernel computes it (fp8_inputs, then attention_from_fp8).
+    Returns O (batch, seqlen_q, heads, d) in float64."""
+    qd, kd, vd = fp8_inputs(q, k, v, incoherent, granularity, block_m, block_n, seed)
+    return attention_from_fp8(qd, kd, vd, causal, quantize_p)
+
+
+def outlier_inputs(shape, rng, outlier_std=10.0, outlier_prob=0.001):
+    """The paper's accuracy protocol: N(0, 1) + N(0, outlier_std^2) * Bernoulli(outlier_prob)."""
+    base = rng.standard_normal(shape)
+    spikes = rng.standard_normal(shape) * outlier_std * (rng.random(shape) < outlier_prob)
+    return base + spikes
+
+
+def rmse(a, b):
+    return float(np.sqrt(np.mean((np.asarray(a) - np.asarray(b)) ** 2)))
