@@ -9,6 +9,7 @@ error (Shah et al. 2024, section 3.3):
 - incoherent processing: Q and K are multiplied by the same random orthogonal matrix
   M = diag(random signs) @ Hadamard / sqrt(d) before quantising. Q Mᵀ (K Mᵀ)ᵀ = Q Kᵀ exactly, but
   an outlier feature is spread over all d coordinates, so the per-block maxima shrink.
+  (Q M)(K M)ᵀ = Q Kᵀ for any orthogonal M; the rows are multiplied as x @ M.
 
 Everything here is plain numpy in float64 apart from the simulated e4m3 rounding, so it runs on a
 machine without a GPU (tests and CI) and serves as the reference the kernel is checked against.
@@ -48,10 +49,25 @@ def hadamard(d: int) -> np.ndarray:
     return h
 
 
+_MASK64 = (1 << 64) - 1
+
+
+def _splitmix64(x: int) -> int:
+    x = (x + 0x9E3779B97F4A7C15) & _MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return x ^ (x >> 31)
+
+
+def rotation_signs(d: int, seed: int) -> np.ndarray:
+    """The ±1 diagonal of the rotation: sign i is -1 iff the top bit of splitmix64(seed * 2^32 + i)
+    is set. A definition a CUDA kernel can reproduce exactly (no library generator involved)."""
+    return np.array([-1.0 if _splitmix64(((seed & 0xFFFFFFFF) << 32) + i) >> 63 else 1.0 for i in range(d)])
+
+
 def random_rotation(d: int, seed: int) -> np.ndarray:
-    """M = diag(random ±1) @ H / sqrt(d): orthogonal, and the same seed gives the same M."""
-    signs = np.random.default_rng(seed).choice([-1.0, 1.0], size=d)
-    return signs[:, None] * hadamard(d) / np.sqrt(d)
+    """M = diag(rotation_signs) @ H / sqrt(d): orthogonal, and the same seed gives the same M."""
+    return rotation_signs(d, seed)[:, None] * hadamard(d) / np.sqrt(d)
 
 
 def quantize(x: np.ndarray, granularity: str, block_rows: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -109,8 +125,11 @@ def fp8_inputs(q, k, v, incoherent=True, granularity="block", block_m=128, block
     tiles of block_n rows (for granularity="block"; see quantize for the others)."""
     q, k, v = (np.asarray(t, dtype=np.float64) for t in (q, k, v))
     if incoherent:
+        # x @ M = (x * signs) @ H / sqrt(d): the signs act before the Hadamard transform. (x @ M^T
+        # would flip the signs of H's outputs only, leave every |value| and so the quantisation
+        # error unchanged, and make the seed irrelevant.)
         m = random_rotation(q.shape[-1], seed)
-        q, k = q @ m.T, k @ m.T
+        q, k = q @ m, k @ m
     return quantize(q, granularity, block_m)[0], quantize(k, granularity, block_n)[0], quantize(v, granularity, block_n)[0]
 
 

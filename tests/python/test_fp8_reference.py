@@ -151,3 +151,25 @@ def test_fp8_accuracy_bench_runs_and_reports_every_variant():
     cells = [c.strip() for c in rows[0].strip("|").split("|")]
     errs = [float(c) for c in cells[2:6]]
     assert all(0 < e < 0.1 for e in errs), cells
+
+
+def test_rotation_signs_are_balanced_and_follow_the_documented_hash():
+    s = f8.rotation_signs(256, seed=3)
+    assert set(np.unique(s)) == {-1.0, 1.0}
+    assert 96 < (s > 0).sum() < 160  # a fair coin's 256 flips, far from degenerate
+    # splitmix64(3 * 2^32 + 0), computed by hand from the published constants.
+    x = (3 << 32) + 0x9E3779B97F4A7C15
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) % 2**64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) % 2**64
+    x ^= x >> 31
+    assert s[0] == (-1.0 if x >> 63 else 1.0)
+
+
+def test_seed_changes_the_quantisation_error():
+    # The random signs must act before the Hadamard transform; applied after it they only flip
+    # output signs, and every seed would give the same error (a bug this test caught).
+    rng = np.random.default_rng(7)
+    q, k, v = (f8.outlier_inputs((1, 256, 2, 64), rng) for _ in range(3))
+    ref = f8.attention_fp64(q, k, v)
+    errs = {f8.rmse(f8.attention_fp8_simulated(q, k, v, seed=sd), ref) for sd in range(4)}
+    assert len(errs) == 4, errs
