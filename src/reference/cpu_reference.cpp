@@ -132,20 +132,101 @@ void attend_kv_head(const AttnProblem& p, int64_t b, int64_t kv_head) {
   }
 }
 
-}  // namespace
+// Backward for one (batch, kv head): the query heads of its GQA group run in turn, so dK and dV of
+// this kv head are summed without sharing across threads.
+void backward_kv_head(const AttnBackwardProblem& bp, int64_t b, int64_t kv_head) {
+  const AttnProblem& p = bp.fwd;
+  const int64_t sk = p.seqlen_k, d = p.head_dim;
+  std::vector<double> k(static_cast<size_t>(sk * d)), v(static_cast<size_t>(sk * d));
+  std::vector<double> dk(static_cast<size_t>(sk * d), 0.0), dv(static_cast<size_t>(sk * d), 0.0);
+  for (int64_t j = 0; j < sk; ++j) {
+    const int64_t k_row = b * p.k_stride[0] + j * p.k_stride[1] + kv_head * p.k_stride[2];
+    const int64_t v_row = b * p.v_stride[0] + j * p.v_stride[1] + kv_head * p.v_stride[2];
+    for (int64_t c = 0; c < d; ++c) {
+      k[j * d + c] = load_element(p.k, k_row + c, p.dtype);
+      v[j * d + c] = load_element(p.v, v_row + c, p.dtype);
+    }
+  }
+  const double scale = p.scale;
+  std::vector<double> q(static_cast<size_t>(d)), dout(static_cast<size_t>(d)), o(static_cast<size_t>(d)),
+      dq(static_cast<size_t>(d)), prob(static_cast<size_t>(sk));
+  for (int64_t h = kv_head * p.group(); h < (kv_head + 1) * p.group(); ++h) {
+    for (int64_t i = 0; i < p.seqlen_q; ++i) {
+      const int64_t visible = p.causal ? std::clamp<int64_t>(i + sk - p.seqlen_q + 1, 0, sk) : sk;
+      const int64_t q_row = b * p.q_stride[0] + i * p.q_stride[1] + h * p.q_stride[2];
+      const int64_t do_row = b * bp.do_stride[0] + i * bp.do_stride[1] + h * bp.do_stride[2];
+      const int64_t dq_row = b * bp.dq_stride[0] + i * bp.dq_stride[1] + h * bp.dq_stride[2];
+      std::fill(dq.begin(), dq.end(), 0.0);
+      if (visible > 0) {
+        for (int64_t c = 0; c < d; ++c) {
+          q[c] = load_element(p.q, q_row + c, p.dtype);
+          dout[c] = load_element(bp.dout, do_row + c, p.dtype);
+        }
+        double max_score = -HUGE_VAL;
+        for (int64_t j = 0; j < visible; ++j) {
+          double dot = 0;
+          for (int64_t c = 0; c < d; ++c) dot += q[c] * k[j * d + c];
+          prob[j] = scale * dot;
+          max_score = std::max(max_score, prob[j]);
+        }
+        double sum = 0;
+        for (int64_t j = 0; j < visible; ++j) sum += (prob[j] = std::exp(prob[j] - max_score));
+        std::fill(o.begin(), o.end(), 0.0);
+        for (int64_t j = 0; j < visible; ++j) {
+          prob[j] /= sum;
+          for (int64_t c = 0; c < d; ++c) o[c] += prob[j] * v[j * d + c];
+        }
+        double delta = 0;  // D_i = dout_i . out_i
+        for (int64_t c = 0; c < d; ++c) delta += dout[c] * o[c];
+        for (int64_t j = 0; j < visible; ++j) {
+          double dp = 0;
+          for (int64_t c = 0; c < d; ++c) dp += dout[c] * v[j * d + c];
+          const double ds = prob[j] * (dp - delta);
+          for (int64_t c = 0; c < d; ++c) {
+            dv[j * d + c] += prob[j] * dout[c];
+            dq[c] += scale * ds * k[j * d + c];
+            dk[j * d + c] += scale * ds * q[c];
+          }
+        }
+      }
+      for (int64_t c = 0; c < d; ++c) store_element(bp.dq, dq_row + c, bp.grad_dtype, dq[c]);
+    }
+  }
+  for (int64_t j = 0; j < sk; ++j) {
+    const int64_t dk_row = b * bp.dk_stride[0] + j * bp.dk_stride[1] + kv_head * bp.dk_stride[2];
+    const int64_t dv_row = b * bp.dv_stride[0] + j * bp.dv_stride[1] + kv_head * bp.dv_stride[2];
+    for (int64_t c = 0; c < d; ++c) {
+      store_element(bp.dk, dk_row + c, bp.grad_dtype, dk[j * d + c]);
+      store_element(bp.dv, dv_row + c, bp.grad_dtype, dv[j * d + c]);
+    }
+  }
+}
 
-void forward_cpu(const AttnProblem& p) {
-  if (p.empty()) return;
-  // Work items are (batch, kv head) pairs; they write disjoint rows of out and lse.
-  const int64_t items = p.batch * p.heads_kv;
+// Runs fn(batch, kv_head) over every pair on up to 64 threads; pairs write disjoint outputs.
+template <class Fn>
+void for_each_kv_head(int64_t batch, int64_t heads_kv, Fn fn) {
+  const int64_t items = batch * heads_kv;
   const int64_t threads = std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, std::min<int64_t>(items, 64));
   auto run = [&](int64_t first) {
-    for (int64_t item = first; item < items; item += threads) attend_kv_head(p, item / p.heads_kv, item % p.heads_kv);
+    for (int64_t item = first; item < items; item += threads) fn(item / heads_kv, item % heads_kv);
   };
   std::vector<std::thread> pool;
   for (int64_t t = 1; t < threads; ++t) pool.emplace_back(run, t);
   run(0);
   for (std::thread& t : pool) t.join();
+}
+
+}  // namespace
+
+void backward_cpu(const AttnBackwardProblem& p) {
+  if (p.fwd.batch == 0 || p.fwd.heads_q == 0) return;
+  for_each_kv_head(p.fwd.batch, p.fwd.heads_kv, [&](int64_t b, int64_t h) { backward_kv_head(p, b, h); });
+}
+
+void forward_cpu(const AttnProblem& p) {
+  if (p.empty()) return;
+  // Work items are (batch, kv head) pairs; they write disjoint rows of out and lse.
+  for_each_kv_head(p.batch, p.heads_kv, [&](int64_t b, int64_t h) { attend_kv_head(p, b, h); });
 }
 
 }  // namespace hopattn::reference
