@@ -84,11 +84,11 @@ void store_element(void* base, int64_t index, DType t, double x) {
   std::memcpy(bytes + index * 2, &h, 2);
 }
 
-// One (batch, kv head): converts that head's K and V to double once, then runs every query head of
-// the GQA group against them.
-void attend_kv_head(const AttnProblem& p, int64_t b, int64_t kv_head) {
+// K and V of one (batch, kv head) as dense (seqlen_k, head_dim) doubles.
+void load_kv_head(const AttnProblem& p, int64_t b, int64_t kv_head, std::vector<double>& k, std::vector<double>& v) {
   const int64_t sk = p.seqlen_k, d = p.head_dim;
-  std::vector<double> k(static_cast<size_t>(sk * d)), v(static_cast<size_t>(sk * d));
+  k.assign(static_cast<size_t>(sk * d), 0.0);
+  v.assign(static_cast<size_t>(sk * d), 0.0);
   for (int64_t j = 0; j < sk; ++j) {
     const int64_t k_row = b * p.k_stride[0] + j * p.k_stride[1] + kv_head * p.k_stride[2];
     const int64_t v_row = b * p.v_stride[0] + j * p.v_stride[1] + kv_head * p.v_stride[2];
@@ -97,6 +97,27 @@ void attend_kv_head(const AttnProblem& p, int64_t b, int64_t kv_head) {
       v[j * d + c] = load_element(p.v, v_row + c, p.dtype);
     }
   }
+}
+
+// Scores scale * q . k_j of one query row over its visible keys into s; returns their max.
+double row_scores(const std::vector<double>& q, const std::vector<double>& k, int64_t visible, int64_t d,
+                  double scale, std::vector<double>& s) {
+  double max_score = -HUGE_VAL;
+  for (int64_t j = 0; j < visible; ++j) {
+    double dot = 0;
+    for (int64_t c = 0; c < d; ++c) dot += q[c] * k[j * d + c];
+    s[j] = scale * dot;
+    max_score = std::max(max_score, s[j]);
+  }
+  return max_score;
+}
+
+// One (batch, kv head): converts that head's K and V to double once, then runs every query head of
+// the GQA group against them.
+void attend_kv_head(const AttnProblem& p, int64_t b, int64_t kv_head) {
+  const int64_t sk = p.seqlen_k, d = p.head_dim;
+  std::vector<double> k, v;
+  load_kv_head(p, b, kv_head, k, v);
   const double scale = p.scale;
   std::vector<double> q(static_cast<size_t>(d)), o(static_cast<size_t>(d)), s(static_cast<size_t>(sk));
   for (int64_t h = kv_head * p.group(); h < (kv_head + 1) * p.group(); ++h) {
@@ -112,13 +133,7 @@ void attend_kv_head(const AttnProblem& p, int64_t b, int64_t kv_head) {
         continue;
       }
       for (int64_t c = 0; c < d; ++c) q[c] = load_element(p.q, q_row + c, p.dtype);
-      double max_score = -HUGE_VAL;
-      for (int64_t j = 0; j < visible; ++j) {
-        double dot = 0;
-        for (int64_t c = 0; c < d; ++c) dot += q[c] * k[j * d + c];
-        s[j] = scale * dot;
-        max_score = std::max(max_score, s[j]);
-      }
+      const double max_score = row_scores(q, k, visible, d, scale, s);
       double sum = 0;
       std::fill(o.begin(), o.end(), 0.0);
       for (int64_t j = 0; j < visible; ++j) {
@@ -137,16 +152,9 @@ void attend_kv_head(const AttnProblem& p, int64_t b, int64_t kv_head) {
 void backward_kv_head(const AttnBackwardProblem& bp, int64_t b, int64_t kv_head) {
   const AttnProblem& p = bp.fwd;
   const int64_t sk = p.seqlen_k, d = p.head_dim;
-  std::vector<double> k(static_cast<size_t>(sk * d)), v(static_cast<size_t>(sk * d));
   std::vector<double> dk(static_cast<size_t>(sk * d), 0.0), dv(static_cast<size_t>(sk * d), 0.0);
-  for (int64_t j = 0; j < sk; ++j) {
-    const int64_t k_row = b * p.k_stride[0] + j * p.k_stride[1] + kv_head * p.k_stride[2];
-    const int64_t v_row = b * p.v_stride[0] + j * p.v_stride[1] + kv_head * p.v_stride[2];
-    for (int64_t c = 0; c < d; ++c) {
-      k[j * d + c] = load_element(p.k, k_row + c, p.dtype);
-      v[j * d + c] = load_element(p.v, v_row + c, p.dtype);
-    }
-  }
+  std::vector<double> k, v;
+  load_kv_head(p, b, kv_head, k, v);
   const double scale = p.scale;
   std::vector<double> q(static_cast<size_t>(d)), dout(static_cast<size_t>(d)), o(static_cast<size_t>(d)),
       dq(static_cast<size_t>(d)), prob(static_cast<size_t>(sk));
@@ -162,13 +170,7 @@ void backward_kv_head(const AttnBackwardProblem& bp, int64_t b, int64_t kv_head)
           q[c] = load_element(p.q, q_row + c, p.dtype);
           dout[c] = load_element(bp.dout, do_row + c, p.dtype);
         }
-        double max_score = -HUGE_VAL;
-        for (int64_t j = 0; j < visible; ++j) {
-          double dot = 0;
-          for (int64_t c = 0; c < d; ++c) dot += q[c] * k[j * d + c];
-          prob[j] = scale * dot;
-          max_score = std::max(max_score, prob[j]);
-        }
+        const double max_score = row_scores(q, k, visible, d, scale, prob);
         double sum = 0;
         for (int64_t j = 0; j < visible; ++j) sum += (prob[j] = std::exp(prob[j] - max_score));
         std::fill(o.begin(), o.end(), 0.0);

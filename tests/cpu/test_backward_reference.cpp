@@ -26,19 +26,27 @@ void set_contiguous(int64_t (&stride)[3], int64_t s, int64_t h, int64_t d) {
   stride[2] = d;
 }
 
-double loss(const Shape& sh, const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
-            const std::vector<float>& dout) {
-  std::vector<float> out(q.size());
+// Contiguous fp32 problem over q, k, v (out left for the caller).
+AttnProblem make_problem(const Shape& sh, const std::vector<float>& q, const std::vector<float>& k,
+                         const std::vector<float>& v) {
   AttnProblem p;
   p.batch = sh.b, p.seqlen_q = sh.sq, p.seqlen_k = sh.sk, p.heads_q = sh.hq, p.heads_kv = sh.hkv, p.head_dim = sh.d;
   p.dtype = DType::kFP32;
   p.causal = sh.causal;
   p.scale = 0.7f;
-  p.q = q.data(), p.k = k.data(), p.v = v.data(), p.out = out.data();
+  p.q = q.data(), p.k = k.data(), p.v = v.data();
   set_contiguous(p.q_stride, sh.sq, sh.hq, sh.d);
   set_contiguous(p.o_stride, sh.sq, sh.hq, sh.d);
   set_contiguous(p.k_stride, sh.sk, sh.hkv, sh.d);
   set_contiguous(p.v_stride, sh.sk, sh.hkv, sh.d);
+  return p;
+}
+
+double loss(const Shape& sh, const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
+            const std::vector<float>& dout) {
+  std::vector<float> out(q.size());
+  AttnProblem p = make_problem(sh, q, k, v);
+  p.out = out.data();
   forward_cpu(p);
   double l = 0;
   for (size_t i = 0; i < out.size(); ++i) l += double(out[i]) * dout[i];
@@ -61,15 +69,7 @@ TEST_P(BackwardReference, MatchesFiniteDifferences) {
   std::vector<float> dq(q.size(), NAN), dk(k.size(), NAN), dv(v.size(), NAN);
 
   AttnBackwardProblem bp;
-  AttnProblem& p = bp.fwd;
-  p.batch = sh.b, p.seqlen_q = sh.sq, p.seqlen_k = sh.sk, p.heads_q = sh.hq, p.heads_kv = sh.hkv, p.head_dim = sh.d;
-  p.dtype = DType::kFP32;
-  p.causal = sh.causal;
-  p.scale = 0.7f;
-  p.q = q.data(), p.k = k.data(), p.v = v.data();
-  set_contiguous(p.q_stride, sh.sq, sh.hq, sh.d);
-  set_contiguous(p.k_stride, sh.sk, sh.hkv, sh.d);
-  set_contiguous(p.v_stride, sh.sk, sh.hkv, sh.d);
+  bp.fwd = make_problem(sh, q, k, v);
   bp.dout = dout.data(), bp.dq = dq.data(), bp.dk = dk.data(), bp.dv = dv.data();
   set_contiguous(bp.do_stride, sh.sq, sh.hq, sh.d);
   set_contiguous(bp.dq_stride, sh.sq, sh.hq, sh.d);
