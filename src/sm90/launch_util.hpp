@@ -1,4 +1,4 @@
-// Host helpers shared by the sm90 launchers: per-device caches for the driver queries a launch
+// Host helpers shared by the sm90 launchers: per-device caches for the two driver queries a launch
 // needs (the >48 KB shared-memory opt-in, the SM count), so the hot path pays for them once.
 #pragma once
 
@@ -25,21 +25,16 @@ cudaError_t set_max_dynamic_smem_once(int bytes) {
   return cudaSuccess;
 }
 
-// A device attribute of the current device, read once per (attribute, device).
-template <cudaDeviceAttr kAttr>
-cudaError_t current_device_attribute(int* value) {
+// Multiprocessor count of the current device, read once per device.
+inline cudaError_t current_device_sm_count(int* num_sms) {
   static std::atomic<int> cached[64] = {};
   int device = 0;
   if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
-  if (device < 64 && (*value = cached[device].load(std::memory_order_relaxed)) > 0) return cudaSuccess;
-  if (cudaError_t e = cudaDeviceGetAttribute(value, kAttr, device); e != cudaSuccess) return e;
-  if (device < 64) cached[device].store(*value, std::memory_order_relaxed);
+  if (device < 64 && (*num_sms = cached[device].load(std::memory_order_relaxed)) > 0) return cudaSuccess;
+  if (cudaError_t e = cudaDeviceGetAttribute(num_sms, cudaDevAttrMultiProcessorCount, device); e != cudaSuccess)
+    return e;
+  if (device < 64) cached[device].store(*num_sms, std::memory_order_relaxed);
   return cudaSuccess;
-}
-
-// Multiprocessor count of the current device.
-inline cudaError_t current_device_sm_count(int* num_sms) {
-  return current_device_attribute<cudaDevAttrMultiProcessorCount>(num_sms);
 }
 
 }  // namespace hopattn::sm90
