@@ -100,23 +100,38 @@ def quantize(x: np.ndarray, granularity: str, block_rows: int = 0) -> tuple[np.n
     raise ValueError(f"unknown granularity {granularity!r}")
 
 
-def attention_fp64(q, k, v, causal=False, scale=None):
-    """Exact attention in float64 (GQA by head groups, bottom-right causal alignment)."""
-    q, k, v = (np.asarray(t, dtype=np.float64) for t in (q, k, v))
+def _attention(q, k, v, causal, scale, mask, round_p):
+    """float64 attention and natural-log LSE; GQA by head groups; bottom-right causal alignment;
+    mask (seqlen_q, seqlen_k), True = visible. round_p, if given, rounds P = exp(s - rowmax) before
+    P·V while the row sum keeps the unrounded P. Rows that see no key: O = 0, lse = -inf."""
     b, sq, hq, d = q.shape
     sk, hk = k.shape[1], k.shape[2]
-    scale = 1.0 / np.sqrt(d) if scale is None else scale
     g = hq // hk
     kk = np.repeat(k, g, axis=2)
     vv = np.repeat(v, g, axis=2)
-    s = np.einsum("bqhd,bkhd->bhqk", q, kk) * scale
+    s = np.einsum("bqhd,bkhd->bhqk", q, kk) * (1.0 / np.sqrt(d) if scale is None else scale)
     if causal:
-        rows = np.arange(sq)[:, None] + (sk - sq)
-        s = np.where(np.arange(sk)[None, :] <= rows, s, -np.inf)
-    m = s.max(axis=-1, keepdims=True)
-    p = np.exp(s - np.where(np.isfinite(m), m, 0.0))
-    out = np.einsum("bhqk,bkhd->bqhd", p, vv) / np.maximum(p.sum(axis=-1), 1e-300).transpose(0, 2, 1)[..., None]
-    return out
+        mask_c = np.arange(sk)[None, :] <= np.arange(sq)[:, None] + (sk - sq)
+        mask = mask_c if mask is None else mask & mask_c
+    if mask is not None:
+        s = np.where(mask, s, -np.inf)
+    mx = s.max(axis=-1, keepdims=True)
+    mx_safe = np.where(np.isfinite(mx), mx, 0.0)
+    p = np.exp(s - mx_safe)
+    total = p.sum(axis=-1)
+    seen = total > 0
+    lse = np.where(seen, mx_safe[..., 0] + np.log(np.where(seen, total, 1.0)), -np.inf)
+    pv = round_p(p) if round_p is not None else p
+    out = np.einsum("bhqk,bkhd->bqhd", pv, vv) / np.where(seen, total, 1.0).transpose(0, 2, 1)[..., None]
+    return out, lse
+
+
+def attention_fp64(q, k, v, causal=False, scale=None, mask=None, return_lse=False):
+    """Exact attention in float64. mask (seqlen_q, seqlen_k), True = visible, combines with causal.
+    Returns O (batch, seqlen_q, heads, d), and lse (batch, heads, seqlen_q) when return_lse."""
+    q, k, v = (np.asarray(t, dtype=np.float64) for t in (q, k, v))
+    out, lse = _attention(q, k, v, causal, scale, mask, None)
+    return (out, lse) if return_lse else out
 
 
 def fp8_inputs(q, k, v, incoherent=True, granularity="block", block_m=128, block_n=128, seed=0):
@@ -138,20 +153,7 @@ def attention_from_fp8(qd, kd, vd, causal=False, quantize_p=True):
     is exp(s - rowmax) in (0, 1]) rounded to e4m3 before P·V when `quantize_p`, the row sum taken
     over the unrounded P (the kernel sums fp32 P). Rows are independent when not causal, so a
     caller may pass a slice of query rows to bound memory."""
-    b, sq, hq, d = qd.shape
-    sk, hk = kd.shape[1], kd.shape[2]
-    g = hq // hk
-    kk = np.repeat(kd, g, axis=2)
-    vv = np.repeat(vd, g, axis=2)
-    s = np.einsum("bqhd,bkhd->bhqk", qd, kk) / np.sqrt(d)
-    if causal:
-        rows = np.arange(sq)[:, None] + (sk - sq)
-        s = np.where(np.arange(sk)[None, :] <= rows, s, -np.inf)
-    mx = s.max(axis=-1, keepdims=True)
-    p = np.exp(s - np.where(np.isfinite(mx), mx, 0.0))
-    row_sum = np.maximum(p.sum(axis=-1), 1e-300)
-    pq = round_to_e4m3(p) if quantize_p else p
-    return np.einsum("bhqk,bkhd->bqhd", pq, vv) / row_sum.transpose(0, 2, 1)[..., None]
+    return _attention(qd, kd, vd, causal, None, None, round_to_e4m3 if quantize_p else None)[0]
 
 
 def attention_fp8_simulated(

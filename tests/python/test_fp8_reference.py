@@ -173,3 +173,11 @@ def test_seed_changes_the_quantisation_error():
     ref = f8.attention_fp64(q, k, v)
     errs = {f8.rmse(f8.attention_fp8_simulated(q, k, v, seed=sd), ref) for sd in range(4)}
     assert len(errs) == 4, errs
+
+
+def test_quantize_rejects_bad_arguments():
+    x = np.ones((1, 4, 1, 8))
+    with pytest.raises(ValueError, match="unknown granularity"):
+        f8.quantize(x, "row")
+    with pytest.raises(ValueError, match="block_rows > 0"):
+        f8.quantize(x, "block", 0)

@@ -3,22 +3,12 @@
 import numpy as np
 import pytest
 
+from hopattn.fp8_reference import attention_fp64
 from hopattn.merge import merge_partials
 
 
 def attention_with_lse(q, k, v, mask=None):
-    """fp64 attention and natural-log LSE; mask (seqlen_q, seqlen_k) True = visible."""
-    d = q.shape[-1]
-    s = np.einsum("bqhd,bkhd->bhqk", q, k) / np.sqrt(d)
-    if mask is not None:
-        s = np.where(mask, s, -np.inf)
-    m = s.max(axis=-1, keepdims=True)
-    m_safe = np.where(np.isfinite(m), m, 0.0)
-    p = np.exp(s - m_safe)
-    total = p.sum(axis=-1)
-    lse = np.where(total > 0, m_safe[..., 0] + np.log(np.where(total > 0, total, 1.0)), -np.inf)
-    out = np.einsum("bhqk,bkhd->bqhd", p, v) / np.where(total > 0, total, 1.0).transpose(0, 2, 1)[..., None]
-    return out, lse
+    return attention_fp64(q, k, v, mask=mask, return_lse=True)
 
 
 @pytest.mark.parametrize("parts", [1, 2, 3, 7])
