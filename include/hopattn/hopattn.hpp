@@ -74,6 +74,35 @@ Result forward_cpu(const ForwardArgs& args);
 // obviously right. Used by tests as the oracle at sizes the CPU reference is too slow for.
 Result forward_reference_cuda(const ForwardArgs& args, cudaStream_t stream = nullptr);
 
+// ---- backward ----------------------------------------------------------------------------------
+// Gradients of the forward call that produced `out` and `lse`: dq, dk, dv given dout.
+struct BackwardArgs {
+  TensorRef q, k, v;  // exactly as passed to forward
+  TensorRef out;      // the forward output (batch, seqlen_q, heads_q, head_dim)
+  TensorRef dout;     // (batch, seqlen_q, heads_q, head_dim), dtype of q; any strides, contiguous last dim
+  TensorRef lse;      // (batch, heads_q, seqlen_q) fp32 contiguous, from forward: required on the GPU
+  TensorRef dq;       // like q (dtype of q); written, not accumulated into
+  TensorRef dk;       // like k; with GQA, summed over the query heads of each group
+  TensorRef dv;       // like v
+  bool causal = false;                 // must match the forward call
+  std::optional<float> softmax_scale;  // must match the forward call
+  // Bitwise-identical gradients run to run. dk/dv always are; dq is summed over key blocks with
+  // fp32 atomics, which this flag orders (at a speed cost, see docs/BENCHMARKS.md).
+  bool deterministic = false;
+};
+
+// Device scratch the backward pass needs, in bytes (fp32 dq accumulator, the softmax statistics,
+// ordering semaphores). The caller allocates it (256-byte aligned); its contents need no init.
+std::size_t backward_workspace_size(const BackwardArgs& args);
+
+// Hopper backward pass, enqueued on `stream`; asynchronous, no allocation, no host sync.
+// `workspace` must hold backward_workspace_size(args) bytes.
+Result backward(const BackwardArgs& args, void* workspace, std::size_t workspace_bytes, cudaStream_t stream = nullptr);
+
+// The CPU reference of backward on host memory (double accumulation). Reads q, k, v, dout; out and
+// lse may be left empty (it recomputes both). Any dtype the CPU forward takes.
+Result backward_cpu(const BackwardArgs& args);
+
 // Whether the current CUDA device can run the Hopper kernels (compute capability 9.0).
 Result check_device();
 

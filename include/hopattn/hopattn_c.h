@@ -11,7 +11,7 @@
 extern "C" {
 #endif
 
-#define HOPATTN_ABI_VERSION 1
+#define HOPATTN_ABI_VERSION 2
 
 enum hopattn_status {
   HOPATTN_SUCCESS = 0,
@@ -38,6 +38,14 @@ typedef struct hopattn_fwd_args {
   float softmax_scale;
 } hopattn_fwd_args;
 
+typedef struct hopattn_bwd_args {
+  hopattn_tensor q, k, v, out, dout, lse, dq, dk, dv;
+  int32_t causal;
+  int32_t has_softmax_scale; /* 0: use 1/sqrt(head_dim) */
+  float softmax_scale;
+  int32_t deterministic;
+} hopattn_bwd_args;
+
 int hopattn_abi_version(void);
 const char* hopattn_version(void);
 const char* hopattn_last_error(void);
@@ -49,6 +57,12 @@ int hopattn_forward_reference_cuda(const hopattn_fwd_args* args, void* stream);
 int hopattn_forward_cpu(const hopattn_fwd_args* args);
 size_t hopattn_forward_workspace_size(const hopattn_fwd_args* args);
 int hopattn_check_device(void);
+
+/* Backward: gradients dq, dk, dv of the forward call that produced out and lse.
+ * workspace: device memory of hopattn_backward_workspace_size(args) bytes, 256-byte aligned. */
+size_t hopattn_backward_workspace_size(const hopattn_bwd_args* args);
+int hopattn_backward(const hopattn_bwd_args* args, void* workspace, size_t workspace_bytes, void* stream);
+int hopattn_backward_cpu(const hopattn_bwd_args* args);
 
 #ifdef __cplusplus
 }

@@ -18,11 +18,24 @@ struct FwdKernelEntry {
   FwdLauncher launch;
 };
 
+// Backward: the launcher runs preprocess, main kernel and postprocess on `workspace`
+// (sm90::bwd::workspace_bytes(problem) bytes, 256-byte aligned).
+using BwdLauncher = cudaError_t (*)(const AttnBackwardProblem&, void* workspace, cudaStream_t);
+
+struct BwdKernelEntry {
+  DType dtype;
+  int head_dim;
+  BwdLauncher launch;
+};
+
+const BwdKernelEntry* find_backward_kernel(DType dtype, int head_dim);
+inline bool has_backward_kernel(DType dtype, int head_dim) { return find_backward_kernel(dtype, head_dim) != nullptr; }
+
 // The CUDA reference keeps one row of O in shared memory; this bounds it (any head dim up to it).
 constexpr int64_t kMaxReferenceHeadDim = 512;
 
 const FwdKernelEntry* find_forward_kernel(DType dtype, int head_dim);
 inline bool has_forward_kernel(DType dtype, int head_dim) { return find_forward_kernel(dtype, head_dim) != nullptr; }
-const char* build_instantiation_list();  // "fwd:bf16:64,fwd:bf16:128,..."
+const char* build_instantiation_list();  // "fwd:bf16:64,...,bwd:bf16:64,..."
 
 }  // namespace hopattn

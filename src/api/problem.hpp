@@ -37,9 +37,31 @@ struct AttnProblem {
   HOPATTN_HOST_DEVICE bool empty() const { return batch == 0 || seqlen_q == 0 || heads_q == 0; }
 };
 
+// The validated backward problem: the forward problem's q, k, v, out, lse (and its causal/scale/GQA
+// shape), plus dout like out and dq/dk/dv like q/k/v, each with (batch, seq, head) strides and a
+// contiguous head_dim. Gradients are stored in `grad_dtype` (the inputs' dtype through the public
+// API; kFP32 where the CPU reference is checked against finite differences).
+struct AttnBackwardProblem {
+  AttnProblem fwd;  // fwd.out and fwd.lse: read by the GPU path; the CPU reference recomputes both
+  const void* dout = nullptr;
+  void* dq = nullptr;
+  void* dk = nullptr;
+  void* dv = nullptr;
+  DType grad_dtype = DType::kFP32;
+  bool deterministic = false;
+  int64_t do_stride[3] = {0, 0, 0};
+  int64_t dq_stride[3] = {0, 0, 0};
+  int64_t dk_stride[3] = {0, 0, 0};
+  int64_t dv_stride[3] = {0, 0, 0};
+};
+
 enum class Backend { kSm90, kCudaReference, kCpu };
 
 // Checks every argument; on success fills *problem. Messages name the argument ("q.sizes[3]").
 Result validate_forward(const ForwardArgs& args, Backend backend, AttnProblem* problem);
+
+// The same for backward (backend kSm90 or kCpu): q/k/v/out checked as in validate_forward, then
+// dout like out, dq/dk/dv like q/k/v, lse required for kSm90 (optional for kCpu).
+Result validate_backward(const BackwardArgs& args, Backend backend, AttnBackwardProblem* problem);
 
 }  // namespace hopattn

@@ -15,23 +15,6 @@ void forward_cpu(const AttnProblem& p);
 // Device memory, bf16/fp16, head_dim <= kMaxReferenceHeadDim. Asynchronous on `stream`.
 cudaError_t forward_cuda(const AttnProblem& p, cudaStream_t stream);
 
-// The backward problem (issue 5 groundwork; the public backward API does not exist yet): the
-// forward problem's q, k, v (and its causal/scale/GQA shape), plus dout like out and dq/dk/dv like
-// q/k/v, each with (batch, seq, head) strides and a contiguous head_dim. Gradients are stored in
-// `grad_dtype` (kFP32 for checking; the inputs' dtype otherwise).
-struct AttnBackwardProblem {
-  AttnProblem fwd;  // fwd.out and fwd.lse are not read: the reference recomputes both in double
-  const void* dout = nullptr;
-  void* dq = nullptr;
-  void* dk = nullptr;
-  void* dv = nullptr;
-  DType grad_dtype = DType::kFP32;
-  int64_t do_stride[3] = {0, 0, 0};
-  int64_t dq_stride[3] = {0, 0, 0};
-  int64_t dk_stride[3] = {0, 0, 0};
-  int64_t dv_stride[3] = {0, 0, 0};
-};
-
 // Host memory. Gradients of sum(dout * out) in double, per row: P = softmax(S), D = rowsum(dout * out),
 // dV += P^T dout, dP = dout V^T, dS = P * (dP - D), dQ = scale dS K, dK += scale dS^T Q; dK and dV sum
 // over the query heads of a GQA group. Rows that see no key contribute nothing (dq = 0).
