@@ -10,7 +10,7 @@ pack=$root/.gpu
 rm -rf "$pack"
 mkdir -p "$pack/bin" "$pack/lib"
 cp "$build/libhopattn.so" "$pack/lib/"
-for exe in tests/hopattn_gpu_tests tests/hopattn_cpu_tests hopattn-bench hopattn-demo; do
+for exe in tests/hopattn_gpu_tests tests/hopattn_cpu_tests hopattn-bench hopattn-demo hopattn-bwd-check; do
   cp "$build/$exe" "$pack/bin/"
 done
 strip --strip-unneeded "$pack"/bin/* 2>/dev/null || true

@@ -13,11 +13,12 @@ from ._lib import (  # noqa: E402
     UnsupportedDeviceError,
     UnsupportedError,
 )
-from .ops import attention, attention_reference, build_info, check_device, is_available, version  # noqa: E402
+from .ops import attention, attention_backward, attention_reference, build_info, check_device, is_available, version  # noqa: E402
 
 __all__ = [
     "__version__",
     "attention",
+    "attention_backward",
     "attention_reference",
     "build_info",
     "check_device",

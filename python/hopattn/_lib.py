@@ -8,7 +8,7 @@ from pathlib import Path
 
 # Must equal HOPATTN_ABI_VERSION in hopattn_c.h; checked at load so a stale .so fails loudly
 # instead of misreading structs.
-ABI_VERSION = 1
+ABI_VERSION = 2
 
 # enum hopattn_dtype
 DTYPE_BF16 = 0
@@ -50,6 +50,26 @@ class HopattnFwdArgs(ctypes.Structure):
         ("causal", ctypes.c_int32),
         ("has_softmax_scale", ctypes.c_int32),
         ("softmax_scale", ctypes.c_float),
+    ]
+
+
+class HopattnBwdArgs(ctypes.Structure):
+    """struct hopattn_bwd_args (ABI 2)."""
+
+    _fields_ = [
+        ("q", HopattnTensor),
+        ("k", HopattnTensor),
+        ("v", HopattnTensor),
+        ("out", HopattnTensor),
+        ("dout", HopattnTensor),
+        ("lse", HopattnTensor),
+        ("dq", HopattnTensor),
+        ("dk", HopattnTensor),
+        ("dv", HopattnTensor),
+        ("causal", ctypes.c_int32),
+        ("has_softmax_scale", ctypes.c_int32),
+        ("softmax_scale", ctypes.c_float),
+        ("deterministic", ctypes.c_int32),
     ]
 
 
@@ -128,6 +148,7 @@ def find_library() -> Path:
 def _declare(lib):
     """Set argtypes/restype so ctypes neither truncates pointers nor guesses int returns."""
     args_p = ctypes.POINTER(HopattnFwdArgs)
+    bwd_args_p = ctypes.POINTER(HopattnBwdArgs)
     sigs = {
         "hopattn_abi_version": ([], ctypes.c_int),
         "hopattn_version": ([], ctypes.c_char_p),
@@ -138,6 +159,9 @@ def _declare(lib):
         "hopattn_forward_cpu": ([args_p], ctypes.c_int),
         "hopattn_forward_workspace_size": ([args_p], ctypes.c_size_t),
         "hopattn_check_device": ([], ctypes.c_int),
+        "hopattn_backward_workspace_size": ([bwd_args_p], ctypes.c_size_t),
+        "hopattn_backward": ([bwd_args_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p], ctypes.c_int),
+        "hopattn_backward_cpu": ([bwd_args_p], ctypes.c_int),
     }
     for name, (argtypes, restype) in sigs.items():
         fn = getattr(lib, name)
@@ -223,3 +247,16 @@ def make_fwd_args(q, k, v, out, lse, causal: bool, softmax_scale) -> HopattnFwdA
     if softmax_scale is None:
         return HopattnFwdArgs(q, k, v, out, lse, 1 if causal else 0, 0, 0.0)
     return HopattnFwdArgs(q, k, v, out, lse, 1 if causal else 0, 1, float(softmax_scale))
+
+
+def make_bwd_args(q, k, v, out, dout, lse, dq, dk, dv, causal: bool, softmax_scale, deterministic: bool) -> HopattnBwdArgs:
+    """Pack HopattnTensors into HopattnBwdArgs; out and lse may be None (NULL tensors: the CPU
+    reference recomputes them; the GPU path requires both)."""
+    if out is None:
+        out = HopattnTensor()
+    if lse is None:
+        lse = HopattnTensor()
+    has_scale, scale = (0, 0.0) if softmax_scale is None else (1, float(softmax_scale))
+    return HopattnBwdArgs(
+        q, k, v, out, dout, lse, dq, dk, dv, 1 if causal else 0, has_scale, scale, 1 if deterministic else 0
+    )

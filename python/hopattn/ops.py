@@ -1,6 +1,8 @@
-# The public operations: attention() on torch CUDA tensors (sm90 kernel) or numpy arrays (CPU
-# reference), attention_reference() (CUDA reference kernel), and build/device queries. torch is
-# never imported here: a torch tensor can only exist if the caller already imported torch.
+# The public operations: attention() on torch CUDA tensors (sm90 kernels, differentiable through a
+# torch.autograd.Function) or numpy arrays (CPU reference), attention_backward() (numpy gradients
+# through the CPU reference), attention_reference() (CUDA reference kernel), and build/device
+# queries. torch is never imported here: a torch tensor can only exist if the caller already
+# imported torch.
 import ctypes
 import sys
 
@@ -92,6 +94,111 @@ def _run_torch(c_fn, what, torch, q, k, v, causal, softmax_scale, return_lse):
     return (out, lse) if return_lse else out
 
 
+def _torch_dout(torch, dout, q):
+    """dout as the library takes it: q's dtype, contiguous last dim, 16-byte aligned rows. Autograd
+    often hands over expanded (stride 0) or otherwise odd gradients; those get one dense copy."""
+    if dout.dtype != q.dtype:
+        dout = dout.to(q.dtype)
+    per16 = max(16 // dout.element_size(), 1)
+    usable = (
+        dout.dim() == 4
+        and dout.stride(-1) == 1
+        and dout.data_ptr() % 16 == 0
+        and all(dout.size(i) <= 1 or dout.stride(i) % per16 == 0 for i in range(3))
+    )
+    if not usable:
+        # clone, not contiguous(): contiguous() returns a misaligned contiguous view unchanged.
+        dout = dout.clone(memory_format=torch.contiguous_format)
+    return dout
+
+
+def _run_torch_backward(torch, q, k, v, out, dout, lse, causal, softmax_scale, deterministic):
+    """dq, dk, dv (torch.empty_like q, k, v) from hopattn_backward on the current stream."""
+    lib = _lib.load()
+    with torch.cuda.device(q.device):
+        dout = _torch_dout(torch, dout, q)
+        dq = torch.empty_like(q)
+        dk = torch.empty_like(k)
+        dv = torch.empty_like(v)
+        args = _lib.make_bwd_args(
+            _torch_tensor(torch, "q", q),
+            _torch_tensor(torch, "k", k),
+            _torch_tensor(torch, "v", v),
+            _torch_tensor(torch, "out", out),
+            _torch_tensor(torch, "dout", dout),
+            _torch_tensor(torch, "lse", lse),
+            _torch_tensor(torch, "dq", dq),
+            _torch_tensor(torch, "dk", dk),
+            _torch_tensor(torch, "dv", dv),
+            causal,
+            softmax_scale,
+            deterministic,
+        )
+        nbytes = int(lib.hopattn_backward_workspace_size(ctypes.byref(args)))
+        workspace = None  # kept referenced until the call is enqueued; the allocator orders reuse by stream
+        workspace_ptr = None
+        if nbytes:
+            # Uninitialised is fine (the library initialises what it needs on the stream).
+            workspace = torch.empty(nbytes, dtype=torch.uint8, device=q.device)
+            workspace_ptr = workspace.data_ptr()
+            if workspace_ptr % _BWD_WORKSPACE_ALIGNMENT:
+                raise _lib.HopattnError(
+                    f"workspace: torch allocated {nbytes} bytes at {workspace_ptr:#x}, which is not "
+                    f"{_BWD_WORKSPACE_ALIGNMENT}-byte aligned"
+                )
+        stream = torch.cuda.current_stream(q.device).cuda_stream
+        status = lib.hopattn_backward(
+            ctypes.byref(args), ctypes.c_void_p(workspace_ptr), ctypes.c_size_t(nbytes), ctypes.c_void_p(stream)
+        )
+        _lib.check(status, "hopattn backward")
+        del workspace
+    return dq, dk, dv
+
+
+_BWD_WORKSPACE_ALIGNMENT = 256
+_attention_function = None
+
+
+def _torch_attention_function(torch):
+    """The torch.autograd.Function behind differentiable attention(), built on first use so this
+    module never imports torch itself."""
+    global _attention_function
+    if _attention_function is not None:
+        return _attention_function
+    from torch.autograd.function import once_differentiable
+
+    class HopattnAttentionFunction(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v, causal, softmax_scale, return_lse, deterministic):
+            lib = _lib.load()
+            out, lse = _run_torch(lib.hopattn_forward, "hopattn forward", torch, q, k, v, causal, softmax_scale, True)
+            # Only the inputs and the two outputs are kept: backward recomputes P from lse.
+            ctx.save_for_backward(q, k, v, out, lse)
+            ctx.causal = causal
+            ctx.softmax_scale = softmax_scale
+            ctx.deterministic = deterministic
+            if return_lse:
+                ctx.mark_non_differentiable(lse)
+                return out, lse
+            return out
+
+        @staticmethod
+        @once_differentiable
+        def backward(ctx, dout, *unused_dlse):
+            q, k, v, out, lse = ctx.saved_tensors
+            dq, dk, dv = _run_torch_backward(
+                torch, q, k, v, out, dout, lse, ctx.causal, ctx.softmax_scale, ctx.deterministic
+            )
+            return dq, dk, dv, None, None, None, None
+
+    _attention_function = HopattnAttentionFunction
+    return _attention_function
+
+
+def _torch_needs_grad(torch, q, k, v):
+    return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v))
+
+
 # --- numpy ----------------------------------------------------------------------------------------
 
 
@@ -149,11 +256,41 @@ def _run_numpy(q, k, v, causal, softmax_scale, return_lse):
     return (out, lse) if return_lse else out
 
 
+def _run_numpy_backward(q, k, v, dout, causal, softmax_scale):
+    import numpy as np
+
+    for name, a in (("q", q), ("k", k), ("v", v), ("dout", dout)):
+        if not isinstance(a, np.ndarray):
+            raise TypeError(f"{name}: expected a numpy.ndarray like q, got {type(a).__name__}")
+        if a.ndim != 4:
+            raise _lib.InvalidArgumentError(f"{name}: expected 4 dims {_LAYOUT}, got shape {a.shape}")
+    # Gradients come back in the inputs' dtype (the library checks k, v and dout against q's).
+    dq = np.empty(q.shape, dtype=q.dtype)
+    dk = np.empty(k.shape, dtype=q.dtype)
+    dv = np.empty(v.shape, dtype=q.dtype)
+    args = _lib.make_bwd_args(
+        _numpy_tensor("q", q),
+        _numpy_tensor("k", k),
+        _numpy_tensor("v", v),
+        None,  # out: recomputed by the CPU reference
+        _numpy_tensor("dout", dout),
+        None,  # lse: recomputed
+        _numpy_tensor("dq", dq),
+        _numpy_tensor("dk", dk),
+        _numpy_tensor("dv", dv),
+        causal,
+        softmax_scale,
+        False,  # the CPU reference is deterministic anyway
+    )
+    _lib.check(_lib.load().hopattn_backward_cpu(ctypes.byref(args)), "hopattn CPU reference backward")
+    return dq, dk, dv
+
+
 # --- public API -----------------------------------------------------------------------------------
 
 
-def attention(q, k, v, causal=False, softmax_scale=None, return_lse=False):
-    """Exact softmax attention, forward only.
+def attention(q, k, v, causal=False, softmax_scale=None, return_lse=False, deterministic=False):
+    """Exact softmax attention; differentiable on torch tensors.
 
     q: (batch, seqlen_q, heads_q, head_dim); k, v: (batch, seqlen_k, heads_kv, head_dim), with
     heads_q a multiple of heads_kv (GQA/MQA). Any strides, but the last dim must be contiguous.
@@ -161,27 +298,63 @@ def attention(q, k, v, causal=False, softmax_scale=None, return_lse=False):
     * torch CUDA tensors (bfloat16/float16, head_dim 64/128/256, Hopper GPU): runs the sm90 kernel
       on the current stream; nothing is synchronised, outputs come from torch's allocator.
     * numpy arrays (float32/float16): runs the CPU reference (double accumulation), for testing.
+      Gradients of the numpy path: attention_backward().
 
     causal: bottom-right aligned mask (query i sees key j iff j <= i + seqlen_k - seqlen_q); a row
     that sees no key gets out = 0 and lse = -inf. softmax_scale defaults to 1/sqrt(head_dim).
 
     Returns out (batch, seqlen_q, heads_q, head_dim), contiguous, q's dtype; with return_lse=True
     returns (out, lse) where lse (batch, heads_q, seqlen_q) float32 is the natural-log
-    log-sum-exp of the scaled scores. The result carries no autograd history.
+    log-sum-exp of the scaled scores.
+
+    Autograd: when grad mode is on and q, k or v requires grad, out is differentiable with respect
+    to q, k and v (the sm90 backward kernels: head_dim 64/128 today; lse is computed internally and
+    saved, with q, k, v and out, for the backward pass). lse is never differentiable. Gradients are
+    in q's dtype; with GQA dk/dv are summed over each group's query heads. deterministic=True makes
+    the backward bitwise reproducible (dq's cross-block sum is ordered, at some speed cost); it has
+    no effect on the forward or on numpy inputs. Without grad, no history is recorded and nothing
+    beyond the requested outputs is computed.
     """
     _check_scale(softmax_scale)
     torch = _torch_module_of(q)
     if torch is not None:
         lib = _lib.load()
+        if _torch_needs_grad(torch, q, k, v):
+            _check_torch_inputs(torch, q, k, v)
+            fn = _torch_attention_function(torch)
+            return fn.apply(q, k, v, bool(causal), softmax_scale, bool(return_lse), bool(deterministic))
         return _run_torch(lib.hopattn_forward, "hopattn forward", torch, q, k, v, causal, softmax_scale, return_lse)
     if _is_numpy_array(q):
         return _run_numpy(q, k, v, causal, softmax_scale, return_lse)
     raise TypeError(f"q: expected a torch.Tensor (CUDA) or numpy.ndarray, got {type(q).__name__}")
 
 
+def attention_backward(q, k, v, dout, causal=False, softmax_scale=None):
+    """Gradients (dq, dk, dv) of attention(q, k, v, causal, softmax_scale) given dout = dL/dout, on
+    numpy arrays through the CPU reference (double accumulation; out and lse are recomputed).
+
+    q, k, v as for attention(); dout like out: (batch, seqlen_q, heads_q, head_dim) in q's dtype,
+    any strides with a contiguous last dim. Returns new C-contiguous arrays dq (like q), dk, dv
+    (like k, v; with GQA summed over the query heads of each group), all in q's dtype (float32 or
+    float16). Rows that see no key contribute nothing (their dq is 0).
+
+    For torch tensors use autograd instead: hopattn.attention(q, k, v).backward(dout).
+    """
+    _check_scale(softmax_scale)
+    if _torch_module_of(q) is not None:
+        raise TypeError(
+            "q: attention_backward takes numpy arrays; for torch tensors use autograd "
+            "(out = hopattn.attention(q, k, v, ...); out.backward(dout))"
+        )
+    if _is_numpy_array(q):
+        return _run_numpy_backward(q, k, v, dout, causal, softmax_scale)
+    raise TypeError(f"q: expected a numpy.ndarray, got {type(q).__name__}")
+
+
 def attention_reference(q, k, v, causal=False, softmax_scale=None, return_lse=False):
-    """Same contract as attention(), computed by the simple CUDA reference kernel (torch tensors;
-    any head_dim up to 512, any CUDA GPU) or the CPU reference (numpy arrays). For tests."""
+    """Same forward contract as attention(), computed by the simple CUDA reference kernel (torch
+    tensors; any head_dim up to 512, any CUDA GPU) or the CPU reference (numpy arrays). For tests;
+    not differentiable (the result carries no autograd history)."""
     _check_scale(softmax_scale)
     torch = _torch_module_of(q)
     if torch is not None:

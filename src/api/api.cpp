@@ -2,12 +2,16 @@
 #include <cuda_runtime_api.h>
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
+#include <string>
 
 #include "api/device.hpp"
 #include "api/instantiations.hpp"
 #include "api/problem.hpp"
 #include "reference/reference.hpp"
+#include "sm90/bwd/workspace.hpp"
 
 #ifndef HOPATTN_VERSION_STRING
 #define HOPATTN_VERSION_STRING "0.0.0+unknown"
@@ -84,6 +88,86 @@ Result forward_cpu(const ForwardArgs& args) {
   if (Result r = validate_forward(args, Backend::kCpu, &p); !r.ok()) return r;
   if (p.empty()) return {};
   reference::forward_cpu(p);
+  return {};
+}
+
+// ---- backward ----------------------------------------------------------------------------------
+
+namespace {
+
+// Zeros of t's dtype (all-zero bytes in bf16, fp16 and fp32) into every element of a strided host tensor.
+void zero_fill_host(const TensorRef& t) {
+  for (int i = 0; i < 4; ++i)
+    if (t.sizes[i] == 0) return;
+  const std::size_t elem = dtype_size(t.dtype);
+  auto* base = static_cast<unsigned char*>(t.data);
+  for (int64_t i0 = 0; i0 < t.sizes[0]; ++i0)
+    for (int64_t i1 = 0; i1 < t.sizes[1]; ++i1)
+      for (int64_t i2 = 0; i2 < t.sizes[2]; ++i2) {
+        const int64_t row = i0 * t.strides[0] + i1 * t.strides[1] + i2 * t.strides[2];
+        std::memset(base + static_cast<std::size_t>(row) * elem, 0, static_cast<std::size_t>(t.sizes[3]) * elem);
+      }
+}
+
+Result zero_fill_device(const char* name, const TensorRef& t, cudaStream_t stream) {
+  const cudaError_t e = reference::zero_fill(t.data, t.dtype, t.sizes, t.strides, stream);
+  return e == cudaSuccess ? Result{} : cuda_error((std::string("zero_fill ") + name).c_str(), e);
+}
+
+// Bytes of workspace the kernel path of a validated problem needs: 0 when no kernel runs (no query
+// rows, or no keys: those cases only write zeros).
+std::size_t kernel_workspace_bytes(const AttnProblem& p) {
+  return p.empty() || p.seqlen_k == 0 ? 0 : sm90::bwd::workspace_bytes(p);
+}
+
+}  // namespace
+
+std::size_t backward_workspace_size(const BackwardArgs& args) {
+  AttnBackwardProblem p;
+  if (!validate_backward(args, Backend::kSm90, &p).ok()) return 0;
+  return kernel_workspace_bytes(p.fwd);
+}
+
+Result backward(const BackwardArgs& args, void* workspace, std::size_t workspace_bytes, cudaStream_t stream) {
+  AttnBackwardProblem p;
+  if (Result r = validate_backward(args, Backend::kSm90, &p); !r.ok()) return r;
+  if (Result r = check_hopper_device(); !r.ok()) return r;
+  const AttnProblem& f = p.fwd;
+  if (f.batch == 0) return {};
+  // No query rows: nothing flows into K or V (with heads_q == 0, heads_kv may still be > 0).
+  if (f.heads_q == 0 || f.seqlen_q == 0) {
+    if (Result r = zero_fill_device("dk", args.dk, stream); !r.ok()) return r;
+    return zero_fill_device("dv", args.dv, stream);
+  }
+  if (f.seqlen_k == 0) return zero_fill_device("dq", args.dq, stream);  // no key: out = 0 for every row
+
+  const std::size_t needed = kernel_workspace_bytes(f);
+  if (workspace == nullptr)
+    return Result{Status::kInvalidArgument,
+                  "workspace is null but " + std::to_string(needed) + " bytes are needed (backward_workspace_size)"};
+  if (workspace_bytes < needed)
+    return Result{Status::kInvalidArgument, "workspace_bytes=" + std::to_string(workspace_bytes) + " but " +
+                                                std::to_string(needed) + " bytes are needed (backward_workspace_size)"};
+  if (reinterpret_cast<uintptr_t>(workspace) % 256 != 0)
+    return Result{Status::kInvalidArgument, "workspace is not 256-byte aligned"};
+  const BwdKernelEntry* kernel = find_backward_kernel(f.dtype, static_cast<int>(f.head_dim));
+  const cudaError_t e = kernel->launch(p, workspace, stream);
+  return e == cudaSuccess ? Result{} : cuda_error("sm90 backward launch", e);
+}
+
+Result backward_cpu(const BackwardArgs& args) {
+  AttnBackwardProblem p;
+  if (Result r = validate_backward(args, Backend::kCpu, &p); !r.ok()) return r;
+  const AttnProblem& f = p.fwd;
+  if (f.batch == 0) return {};
+  if (f.heads_q == 0) {  // the reference skips this case; dk/dv (heads_kv may be > 0) are zero
+    zero_fill_host(args.dk);
+    zero_fill_host(args.dv);
+    return {};
+  }
+  // The reference writes every element of dq, dk and dv, including the empty-sequence cases:
+  // seqlen_q == 0 gives dk = dv = 0, seqlen_k == 0 gives dq = 0.
+  reference::backward_cpu(p);
   return {};
 }
 

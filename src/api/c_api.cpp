@@ -49,6 +49,25 @@ int to_args(const hopattn_fwd_args* a, hopattn::ForwardArgs* out) {
   return HOPATTN_SUCCESS;
 }
 
+int to_args(const hopattn_bwd_args* a, hopattn::BackwardArgs* out) {
+  if (a == nullptr) {
+    g_last_error = "args is null";
+    return HOPATTN_INVALID_ARGUMENT;
+  }
+  if (!to_tensor(a->q, "q", &out->q) || !to_tensor(a->k, "k", &out->k) || !to_tensor(a->v, "v", &out->v) ||
+      !to_tensor(a->dout, "dout", &out->dout) || !to_tensor(a->dq, "dq", &out->dq) ||
+      !to_tensor(a->dk, "dk", &out->dk) || !to_tensor(a->dv, "dv", &out->dv))
+    return HOPATTN_INVALID_ARGUMENT;
+  // out may be left out (data NULL, ndim 0) for the CPU call; lse, as in forward, whenever data is NULL.
+  if (!(a->out.data == nullptr && a->out.ndim == 0) && !to_tensor(a->out, "out", &out->out))
+    return HOPATTN_INVALID_ARGUMENT;
+  if (a->lse.data != nullptr && !to_tensor(a->lse, "lse", &out->lse)) return HOPATTN_INVALID_ARGUMENT;
+  out->causal = a->causal != 0;
+  if (a->has_softmax_scale) out->softmax_scale = a->softmax_scale;
+  out->deterministic = a->deterministic != 0;
+  return HOPATTN_SUCCESS;
+}
+
 }  // namespace
 
 extern "C" {
@@ -83,5 +102,23 @@ size_t hopattn_forward_workspace_size(const hopattn_fwd_args* args) {
 }
 
 int hopattn_check_device(void) { return finish(hopattn::check_device()); }
+
+size_t hopattn_backward_workspace_size(const hopattn_bwd_args* args) {
+  hopattn::BackwardArgs a;
+  if (to_args(args, &a) != HOPATTN_SUCCESS) return 0;
+  return hopattn::backward_workspace_size(a);
+}
+
+int hopattn_backward(const hopattn_bwd_args* args, void* workspace, size_t workspace_bytes, void* stream) {
+  hopattn::BackwardArgs a;
+  if (int rc = to_args(args, &a); rc != HOPATTN_SUCCESS) return rc;
+  return finish(hopattn::backward(a, workspace, workspace_bytes, static_cast<cudaStream_t>(stream)));
+}
+
+int hopattn_backward_cpu(const hopattn_bwd_args* args) {
+  hopattn::BackwardArgs a;
+  if (int rc = to_args(args, &a); rc != HOPATTN_SUCCESS) return rc;
+  return finish(hopattn::backward_cpu(a));
+}
 
 }  // extern "C"

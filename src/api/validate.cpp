@@ -1,6 +1,6 @@
-// Argument validation for the forward pass: one function that turns ForwardArgs into an
-// AttnProblem or a Result whose message names the offending argument. Pure host code, so the
-// CPU tests exercise every rule without a GPU.
+// Argument validation for the forward and backward passes: functions that turn ForwardArgs into an
+// AttnProblem (BackwardArgs into an AttnBackwardProblem) or a Result whose message names the
+// offending argument. Pure host code, so the CPU tests exercise every rule without a GPU.
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -42,7 +42,7 @@ Result check_tensor(const char* name, const TensorRef& t, Backend backend) {
   }
   if (t.strides[3] != 1)
     return fail(Status::kInvalidArgument,
-                cat(name, ": last dim (head_dim) must be contiguous, got strides[3]=", t.strides[3]));
+                cat(name, ": last dim (head_dim) must be contiguous, got ", name, ".strides[3]=", t.strides[3]));
   if (numel(t) > 0 && t.data == nullptr)
     return fail(Status::kInvalidArgument, cat(name, ".data is null"));
   if (backend == Backend::kSm90 && numel(t) > 0) {
@@ -86,6 +86,30 @@ Result check_lse(const TensorRef& lse, int64_t b, int64_t h, int64_t s) {
                   cat("lse must be contiguous: strides[", i, "]=", lse.strides[i], ", expected ", want_stride[i]));
   if (reinterpret_cast<uintptr_t>(lse.data) % 4 != 0)
     return fail(Status::kInvalidArgument, "lse.data is not 4-byte aligned");
+  return {};
+}
+
+// A tensor the caller left out: no data and no shape (ndim 0, or every size 0).
+bool absent(const TensorRef& t) {
+  if (t.data != nullptr) return false;
+  if (t.ndim == 0) return true;
+  for (int i = 0; i < 4; ++i)
+    if (t.sizes[i] != 0) return false;
+  return true;
+}
+
+// A gradient-side tensor (dout, dq, dk, dv): q's dtype, the forward's tensor rules, and the sizes of
+// `like` (the tensor it mirrors, named `like_name` in messages).
+Result check_like(const char* name, const TensorRef& t, const char* like_name, const TensorRef& like,
+                  DType dtype, Backend backend) {
+  if (t.dtype != dtype)
+    return fail(Status::kInvalidArgument,
+                cat(name, ": dtype ", dtype_name(t.dtype), " differs from q's ", dtype_name(dtype)));
+  if (Result r = check_tensor(name, t, backend); !r.ok()) return r;
+  for (int i = 0; i < 4; ++i)
+    if (t.sizes[i] != like.sizes[i])
+      return fail(Status::kInvalidArgument,
+                  cat(name, ".sizes[", i, "]=", t.sizes[i], " but ", like_name, ".sizes[", i, "]=", like.sizes[i]));
   return {};
 }
 
@@ -144,6 +168,63 @@ Result validate_forward(const ForwardArgs& a, Backend backend, AttnProblem* p) {
     p->k_stride[i] = a.k.strides[i];
     p->v_stride[i] = a.v.strides[i];
     p->o_stride[i] = a.out.strides[i];
+  }
+  return {};
+}
+
+Result validate_backward(const BackwardArgs& a, Backend backend, AttnBackwardProblem* p) {
+  if (backend != Backend::kSm90 && backend != Backend::kCpu)
+    return fail(Status::kUnsupported, "backward: only the sm90 and CPU backends exist");
+  // q, k, v, out, lse, causal and scale get every forward check (and the forward's dtype/head_dim
+  // support). The CPU reference recomputes out and lse, so there either may be left out; a left-out
+  // out is checked as q (which it must mirror) and dropped from the problem afterwards.
+  ForwardArgs f;
+  f.q = a.q;
+  f.k = a.k;
+  f.v = a.v;
+  f.out = a.out;
+  f.lse = a.lse;
+  f.causal = a.causal;
+  f.softmax_scale = a.softmax_scale;
+  if (backend == Backend::kSm90 && a.out.data == nullptr && a.out.ndim == 0)
+    return fail(Status::kInvalidArgument, "out: required by backward on the GPU (the forward output); out.data is null");
+  const bool no_out = backend == Backend::kCpu && absent(a.out);
+  if (no_out) f.out = a.q;
+  AttnProblem fwd;
+  if (Result r = validate_forward(f, backend, &fwd); !r.ok()) return r;
+  if (no_out) {
+    fwd.out = nullptr;
+    for (int64_t& s : fwd.o_stride) s = 0;
+  }
+  // The GPU path reads lse (unless the problem has no rows at all, when a null pointer is fine).
+  if (backend == Backend::kSm90 && a.lse.data == nullptr && fwd.batch * fwd.heads_q * fwd.seqlen_q > 0)
+    return fail(Status::kInvalidArgument,
+                "lse: required by backward on the GPU (the forward pass's (batch, heads_q, seqlen_q) fp32 "
+                "log-sum-exp); lse.data is null");
+
+  const DType dtype = a.q.dtype;
+  if (Result r = check_like("dout", a.dout, "q", a.q, dtype, backend); !r.ok()) return r;
+  if (Result r = check_like("dq", a.dq, "q", a.q, dtype, backend); !r.ok()) return r;
+  if (Result r = check_like("dk", a.dk, "k", a.k, dtype, backend); !r.ok()) return r;
+  if (Result r = check_like("dv", a.dv, "v", a.v, dtype, backend); !r.ok()) return r;
+
+  if (backend == Backend::kSm90 && !has_backward_kernel(dtype, static_cast<int>(fwd.head_dim)))
+    return fail(Status::kUnsupported, cat("head_dim ", fwd.head_dim, " with dtype ", dtype_name(dtype),
+                                          " has no sm90 backward kernel in this build (built: ",
+                                          build_instantiation_list(), ")"));
+
+  p->fwd = fwd;
+  p->dout = a.dout.data;
+  p->dq = a.dq.data;
+  p->dk = a.dk.data;
+  p->dv = a.dv.data;
+  p->grad_dtype = dtype;
+  p->deterministic = a.deterministic;
+  for (int i = 0; i < 3; ++i) {
+    p->do_stride[i] = a.dout.strides[i];
+    p->dq_stride[i] = a.dq.strides[i];
+    p->dk_stride[i] = a.dk.strides[i];
+    p->dv_stride[i] = a.dv.strides[i];
   }
   return {};
 }

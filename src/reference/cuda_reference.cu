@@ -145,6 +145,26 @@ __global__ void fill_no_keys_kernel(AttnProblem p) {
     p.lse[e] = -INFINITY;
 }
 
+// Sizes and strides by value, so the kernel needs no device copy of them.
+struct Strided4d {
+  int64_t sizes[4];
+  int64_t strides[4];
+};
+
+// One thread per element (grid-stride); element e is decomposed row-major over `sizes`.
+template <typename Word>
+__global__ void zero_fill_kernel(Word* data, Strided4d t, int64_t elements) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < elements; e += stride) {
+    int64_t rest = e, offset = 0;
+    for (int i = 3; i >= 0; --i) {
+      offset += (rest % t.sizes[i]) * t.strides[i];
+      rest /= t.sizes[i];
+    }
+    data[offset] = Word{0};  // +0 in every dtype
+  }
+}
+
 }  // namespace
 
 cudaError_t forward_cuda(const AttnProblem& p, cudaStream_t stream) {
@@ -171,6 +191,26 @@ cudaError_t fill_no_keys(const AttnProblem& p, cudaStream_t stream) {
     fill_no_keys_kernel<uint32_t><<<blocks, kFillThreads, 0, stream>>>(p);
   else
     fill_no_keys_kernel<uint16_t><<<blocks, kFillThreads, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+cudaError_t zero_fill(void* data, DType dtype, const int64_t sizes[4], const int64_t strides[4], cudaStream_t stream) {
+  Strided4d t;
+  int64_t elements = 1;
+  for (int i = 0; i < 4; ++i) {
+    if (sizes[i] < 0 || strides[i] < 0) return cudaErrorInvalidValue;
+    t.sizes[i] = sizes[i];
+    t.strides[i] = strides[i];
+    elements *= sizes[i];
+  }
+  if (elements == 0) return cudaSuccess;
+  if (data == nullptr) return cudaErrorInvalidValue;
+  constexpr int kFillThreads = 256;
+  const auto blocks = static_cast<unsigned>(std::min<int64_t>((elements + kFillThreads - 1) / kFillThreads, 65536));
+  if (dtype_size(dtype) == 4)
+    zero_fill_kernel<uint32_t><<<blocks, kFillThreads, 0, stream>>>(static_cast<uint32_t*>(data), t, elements);
+  else
+    zero_fill_kernel<uint16_t><<<blocks, kFillThreads, 0, stream>>>(static_cast<uint16_t*>(data), t, elements);
   return cudaGetLastError();
 }
 

@@ -23,4 +23,8 @@ void backward_cpu(const AttnBackwardProblem& p);
 // Device memory: out = 0 and lse = -inf for every row (the seqlen_k == 0 case of any backend).
 cudaError_t fill_no_keys(const AttnProblem& p, cudaStream_t stream);
 
+// Device memory: zeros into every element of a strided 4-D tensor of `dtype` (any non-negative
+// strides, 64-bit offsets); the empty-sequence gradients of backward. Asynchronous on `stream`.
+cudaError_t zero_fill(void* data, DType dtype, const int64_t sizes[4], const int64_t strides[4], cudaStream_t stream);
+
 }  // namespace hopattn::reference

@@ -26,14 +26,14 @@ std::vector<std::string> split(const std::string& s, char sep) {
   return parts;
 }
 
-// "fwd:<dtype>:<head_dim>"; fails the test on any other shape.
+// "fwd|bwd:<dtype>:<head_dim>"; fails the test on any other shape.
 std::vector<Instantiation> parse_instantiations() {
   std::vector<Instantiation> out;
   for (const std::string& entry : split(build_instantiations(), ',')) {
     const std::vector<std::string> f = split(entry, ':');
     EXPECT_EQ(f.size(), 3u) << "malformed entry '" << entry << "'";
     if (f.size() != 3) continue;
-    EXPECT_EQ(f[0], "fwd") << entry;
+    EXPECT_TRUE(f[0] == "fwd" || f[0] == "bwd") << entry;
     EXPECT_TRUE(f[1] == "bf16" || f[1] == "fp16") << entry;
     EXPECT_FALSE(f[2].empty()) << entry;
     EXPECT_EQ(f[2].find_first_not_of("0123456789"), std::string::npos) << entry;
@@ -60,6 +60,16 @@ TEST(Build, InstantiationListIsWellFormed) {
 TEST(Build, EveryListedKernelIsInTheDispatchTable) {
   for (const Instantiation& e : parse_instantiations()) {
     const DType t = e.dtype == "bf16" ? DType::kBF16 : DType::kFP16;
+    if (e.direction == "bwd") {
+      const BwdKernelEntry* k = find_backward_kernel(t, e.head_dim);
+      ASSERT_NE(k, nullptr) << "bwd:" << e.dtype << ":" << e.head_dim << " is listed but not dispatchable";
+      EXPECT_EQ(k->dtype, t);
+      EXPECT_EQ(k->head_dim, e.head_dim);
+      EXPECT_NE(k->launch, nullptr);
+      // A backward kernel only makes sense next to its forward one (it needs lse and out).
+      EXPECT_NE(find_forward_kernel(t, e.head_dim), nullptr) << e.dtype << ":" << e.head_dim;
+      continue;
+    }
     const FwdKernelEntry* k = find_forward_kernel(t, e.head_dim);
     ASSERT_NE(k, nullptr) << e.dtype << ":" << e.head_dim << " is listed but not dispatchable";
     EXPECT_EQ(k->dtype, t);
@@ -79,7 +89,12 @@ TEST(Build, UnlistedKernelsAreNotFound) {
     for (int d : {64, 128, 256}) {
       const bool listed = list.find(std::string(",fwd:") + dtype_name(t) + ":" + std::to_string(d) + ",") != std::string::npos;
       EXPECT_EQ(has_forward_kernel(t, d), listed) << dtype_name(t) << ":" << d;
+      const bool bwd_listed =
+          list.find(std::string(",bwd:") + dtype_name(t) + ":" + std::to_string(d) + ",") != std::string::npos;
+      EXPECT_EQ(has_backward_kernel(t, d), bwd_listed) << "bwd " << dtype_name(t) << ":" << d;
     }
+  EXPECT_EQ(find_backward_kernel(DType::kBF16, 96), nullptr);
+  EXPECT_EQ(find_backward_kernel(DType::kFP32, 128), nullptr);
 }
 
 TEST(Build, Version) {

@@ -50,6 +50,17 @@ def test_struct_layout_matches_header():
     assert _lib.ctypes.sizeof(_lib.HopattnTensor) == 80
     assert _lib.HopattnFwdArgs.causal.offset == 400
     assert _lib.ctypes.sizeof(_lib.HopattnFwdArgs) == 416
+    # hopattn_bwd_args: 9 tensors (720 bytes) + causal, has_softmax_scale, softmax_scale, deterministic.
+    assert _lib.HopattnBwdArgs.causal.offset == 720
+    assert _lib.HopattnBwdArgs.softmax_scale.offset == 728
+    assert _lib.HopattnBwdArgs.deterministic.offset == 732
+    assert _lib.ctypes.sizeof(_lib.HopattnBwdArgs) == 736
+
+
+def test_abi_version_matches_header():
+    header = (REPO_ROOT / "include" / "hopattn" / "hopattn_c.h").read_text()
+    match = re.search(r"^#define HOPATTN_ABI_VERSION (\d+)", header, re.MULTILINE)
+    assert match and int(match.group(1)) == _lib.ABI_VERSION
 
 
 def test_status_codes_map_to_builtin_exceptions():

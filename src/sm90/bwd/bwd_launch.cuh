@@ -1,7 +1,100 @@
-// PLACEHOLDER while the backward kernel is written: reports "not supported".
+// Host side of the Hopper backward pass: carves the workspace, then enqueues the preprocess
+// (D, base-2 lse, zeroed dQ accumulator), the warp-specialised main kernel (dK, dV, dQ partials)
+// and the postprocess (dQ to the caller's dtype). run_bwd is what dispatch calls.
 #pragma once
+
+#include "sm90/bwd/config.hpp"
+
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cstdint>
+
+#include "api/problem.hpp"
+#include "sm90/bwd/kernel.cuh"
+#include "sm90/bwd/prepost.cuh"
+#include "sm90/bwd/workspace.hpp"
 #include "sm90/bwd_launch.hpp"
+#include "sm90/launch_util.hpp"
+
 namespace hopattn::sm90 {
+namespace bwd {
+
+template <DType kDType, int kHeadDim, bool kCausal>
+cudaError_t launch_main(const AttnBackwardProblem& bp, const WorkspaceLayout& w, char* ws, cudaStream_t stream) {
+  using Cfg = BwdConfig<kDType, kHeadDim, kCausal>;
+  using K = BwdKernel<Cfg>;
+  const AttnProblem& p = bp.fwd;
+  typename K::Params params{};
+  params.mainloop = K::Mainloop::make_params(bp, reinterpret_cast<float*>(ws + w.lse_log2),
+                                             reinterpret_cast<float*>(ws + w.dpsum), w.seqlen_q_padded);
+  params.dq_accum = reinterpret_cast<float*>(ws + w.dq_accum);
+  params.semaphore = reinterpret_cast<int*>(ws + w.semaphore);
+  params.dk = bp.dk;
+  params.dv = bp.dv;
+  for (int i = 0; i < 3; ++i) {
+    params.dk_stride[i] = bp.dk_stride[i];
+    params.dv_stride[i] = bp.dv_stride[i];
+  }
+  params.scale = p.scale;
+  params.n_blocks = int((p.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN);
+  params.deterministic = bp.deterministic;
+  const int64_t grid = int64_t(params.n_blocks) * p.heads_kv * p.batch;
+  if (grid > INT_MAX) return cudaErrorInvalidConfiguration;
+  if (cudaError_t e = set_max_dynamic_smem_once<&bwd_kernel<Cfg>>(K::kSmemBytes); e != cudaSuccess) return e;
+  bwd_kernel<Cfg><<<unsigned(grid), Cfg::kNumThreads, K::kSmemBytes, stream>>>(params);
+  return cudaGetLastError();
+}
+
+}  // namespace bwd
+
 template <DType kDType, int kHeadDim>
-cudaError_t run_bwd(const AttnBackwardProblem&, void*, cudaStream_t) { return cudaErrorNotSupported; }
+cudaError_t run_bwd(const AttnBackwardProblem& bp, void* workspace, cudaStream_t stream) {
+  if constexpr (!(kDType == DType::kBF16 || kDType == DType::kFP16) || !(kHeadDim == 64 || kHeadDim == 128)) {
+    return cudaErrorNotSupported;
+  } else {
+    using Element = typename ws::ElementOf<kDType>::type;
+    const AttnProblem& p = bp.fwd;
+    if (p.dtype != kDType || p.head_dim != kHeadDim || bp.grad_dtype != kDType) return cudaErrorInvalidValue;
+    // 32-bit sequence, head and tile indices in the kernels (TMA coordinates are 32-bit too).
+    constexpr int64_t kMaxIndex = INT_MAX / 2;
+    if (p.seqlen_q > kMaxIndex || p.seqlen_k > kMaxIndex || p.heads_q > kMaxIndex || p.batch > kMaxIndex)
+      return cudaErrorNotSupported;
+    const bwd::WorkspaceLayout w = bwd::workspace_layout(p);
+    char* ws_bytes = static_cast<char*>(workspace);
+
+    bwd::PrePostParams pp{};
+    pp.out = p.out;
+    pp.dout = bp.dout;
+    pp.lse = p.lse;
+    pp.dq = bp.dq;
+    pp.lse_log2 = reinterpret_cast<float*>(ws_bytes + w.lse_log2);
+    pp.dpsum = reinterpret_cast<float*>(ws_bytes + w.dpsum);
+    pp.dq_accum = reinterpret_cast<float*>(ws_bytes + w.dq_accum);
+    pp.semaphore = reinterpret_cast<int*>(ws_bytes + w.semaphore);
+    for (int i = 0; i < 3; ++i) {
+      pp.o_stride[i] = p.o_stride[i];
+      pp.do_stride[i] = bp.do_stride[i];
+      pp.dq_stride[i] = bp.dq_stride[i];
+    }
+    pp.seqlen_q = int(p.seqlen_q);
+    pp.seqlen_q_padded = int(w.seqlen_q_padded);
+    pp.heads_q = int(p.heads_q);
+    pp.batch = int(p.batch);
+    pp.m_blocks = int(w.m_blocks);
+    pp.scale = p.scale;
+    const int64_t rows = p.batch * p.heads_q * w.seqlen_q_padded;
+    const int64_t row_grid = (rows + 7) / 8;  // 8 warps per 256-thread block, one row each
+    if (row_grid > INT_MAX) return cudaErrorInvalidConfiguration;
+
+    bwd::bwd_preprocess_kernel<Element, kHeadDim><<<unsigned(row_grid), 256, 0, stream>>>(pp);
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+    cudaError_t e = p.causal ? bwd::launch_main<kDType, kHeadDim, true>(bp, w, ws_bytes, stream)
+                             : bwd::launch_main<kDType, kHeadDim, false>(bp, w, ws_bytes, stream);
+    if (e != cudaSuccess) return e;
+    bwd::bwd_postprocess_kernel<Element, kHeadDim><<<unsigned(row_grid), 256, 0, stream>>>(pp);
+    return cudaGetLastError();
+  }
+}
+
 }  // namespace hopattn::sm90

@@ -1,0 +1,197 @@
+// The backward main loop of one key block: the producer warp's TMA loads (K and V once; per query
+// block Q with its base-2 lse, and dO with its D = rowsum(dO * O), into kStages-deep rings guarded
+// by PipelineTmaAsync full/empty mbarriers) and the consumer warpgroups' five WGMMAs per step:
+//   S^T = K Q^T, dP^T = V dO^T (both from smem), P^T = exp2(S^T * scale_log2 - lse),
+//   dS^T = P^T * (dP^T - D), dV += P^T dO and dK += dS^T Q (P^T, dS^T from registers),
+//   dQ = dS K (dS through smem, shared by both warpgroups).
+// Working on the transposed scores puts the keys on the WGMMA M side, so each consumer warpgroup
+// owns 64 keys end to end and its dK/dV accumulators never leave registers.
+#pragma once
+
+#include "sm90/bwd/config.hpp"
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/pipeline/pipeline.hpp>
+
+#include "api/problem.hpp"
+#include "sm90/ws/fragment_layout.cuh"
+#include "sm90/ws/mainloop.cuh"  // wgmma_issue
+
+namespace hopattn::sm90::bwd {
+
+template <class Cfg>
+struct BwdMainloop {
+  using Element = typename Cfg::Element;
+  static constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kHeadDim = Cfg::kHeadDim;
+  static constexpr int kStages = Cfg::kStages;
+  using BM = cute::Int<kBlockM>;
+  using BN = cute::Int<kBlockN>;
+  using HD = cute::Int<kHeadDim>;
+  using ST = cute::Int<kStages>;
+
+  // Shared-memory layouts. Every operand is stored once, 128-byte swizzled, and read in two
+  // orientations: a K-major (rows, head_dim) tile with its 8x64 atoms stacked along rows first is,
+  // byte for byte, the MN-major (head_dim, rows) tile with its 64x8 atoms stacked along rows first
+  // (Step<_2, _1>). So Q serves S^T = K Q^T as a K-major B and dK += dS^T Q as an MN-major B; dO
+  // likewise for dP^T and dV; K serves S^T as a K-major A and dQ = dS K as an MN-major B.
+  using SmemLayoutK = decltype(cute::tile_to_shape(cute::GMMA::Layout_K_SW128_Atom<Element>{}, cute::Shape<BN, HD>{}));
+  using SmemLayoutKt = decltype(cute::tile_to_shape(cute::GMMA::Layout_MN_SW128_Atom<Element>{},
+                                                    cute::Shape<HD, BN>{}, cute::Step<cute::_2, cute::_1>{}));
+  using SmemLayoutQ = decltype(cute::tile_to_shape(cute::GMMA::Layout_K_SW128_Atom<Element>{}, cute::Shape<BM, HD, ST>{}));
+  using SmemLayoutQt = decltype(cute::tile_to_shape(cute::GMMA::Layout_MN_SW128_Atom<Element>{},
+                                                    cute::Shape<HD, BM, ST>{}, cute::Step<cute::_2, cute::_1, cute::_3>{}));
+  // dS^T as written from the accumulators: (keys, queries), queries contiguous; read back by the
+  // dQ GEMM as the MN-major A operand (queries, keys). Two buffers: one warpgroup may write step
+  // i+1 while the other still multiplies step i.
+  using SmemLayoutdSt = decltype(cute::tile_to_shape(cute::GMMA::Layout_K_SW128_Atom<Element>{}, cute::Shape<BN, BM, cute::_2>{}));
+  using SmemLayoutdS = decltype(cute::tile_to_shape(cute::GMMA::Layout_MN_SW128_Atom<Element>{},
+                                                    cute::Shape<BM, BN, cute::_2>{}, cute::Step<cute::_2, cute::_1, cute::_3>{}));
+  using SmemLayoutRow = cute::Layout<cute::Shape<BM, ST>>;  // lse or D of one query block per stage
+
+  // S^T and dP^T: (keys, queries), one 64-key WGMMA atom per consumer warpgroup.
+  using WarpGroupsAlongM = cute::Layout<cute::Shape<cute::Int<Cfg::kNumConsumerWG>, cute::_1, cute::_1>>;
+  using AtomSdP = decltype(cute::GMMA::ss_op_selector<Element, Element, float, cute::Shape<cute::_64, BM, HD>>());
+  using TiledMmaSdP = decltype(cute::make_tiled_mma(AtomSdP{}, WarpGroupsAlongM{}));
+  // dK, dV: (keys, head_dim), K = queries; A (P^T or dS^T) from registers.
+  using AtomdKV = decltype(cute::GMMA::rs_op_selector<Element, Element, float, cute::Shape<cute::_64, HD, BM>,
+                                                      cute::GMMA::Major::K, cute::GMMA::Major::MN>());
+  using TiledMmadKV = decltype(cute::make_tiled_mma(AtomdKV{}, WarpGroupsAlongM{}));
+  // dQ: (queries, head_dim), K = keys; the two warpgroups split head_dim.
+  using AtomdQ = decltype(cute::GMMA::ss_op_selector<Element, Element, float, cute::Shape<cute::_64, cute::Int<kHeadDim / 2>, BN>,
+                                                     cute::GMMA::Major::MN, cute::GMMA::Major::MN>());
+  using TiledMmadQ = decltype(cute::make_tiled_mma(AtomdQ{}, cute::Layout<cute::Shape<cute::_1, cute::_2, cute::_1>>{}));
+  static_assert(Cfg::kNumConsumerWG == 2, "dQ splits head_dim over exactly two warpgroups");
+
+  // Global views: (seq, head_dim, head, batch) with the caller's strides; the padded per-row
+  // workspace arrays as (row, head, batch).
+  using GShape = cute::Shape<int32_t, int32_t, int32_t, int32_t>;
+  using GStride = cute::Stride<int64_t, cute::_1, int64_t, int64_t>;
+  using GTensor = decltype(cute::make_tensor(cute::make_gmem_ptr(static_cast<const Element*>(nullptr)), GShape{}, GStride{}));
+  using GRowTensor = decltype(cute::make_tensor(cute::make_gmem_ptr(static_cast<const float*>(nullptr)),
+                                                cute::Shape<int32_t, int32_t, int32_t>{},
+                                                cute::Stride<cute::_1, int64_t, int64_t>{}));
+  using TmaQ = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GTensor{}, cute::take<0, 2>(SmemLayoutQ{}),
+                                            cute::Shape<BM, HD>{}, cute::_1{}));
+  using TmaK = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GTensor{}, SmemLayoutK{}, cute::Shape<BN, HD>{}, cute::_1{}));
+  using TmaRow = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GRowTensor{}, cute::Layout<cute::Shape<BM>>{},
+                                              cute::Shape<BM>{}, cute::_1{}));
+
+  static constexpr uint32_t kRowBytes = kBlockM * sizeof(float);
+  static constexpr uint32_t kQBytes = kBlockM * kHeadDim * sizeof(Element) + kRowBytes;  // Q + lse (dO + D alike)
+  static constexpr uint32_t kKVBytes = 2 * kBlockN * kHeadDim * sizeof(Element);
+
+  using Pipeline = cutlass::PipelineTmaAsync<kStages>;
+  using PipelineState = typename Pipeline::PipelineState;
+
+  struct SharedStorage {
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> k;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> v;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> dout;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutdSt>, 1024> ds;
+    cute::array_aligned<float, cute::cosize_v<SmemLayoutRow>, 128> lse;
+    cute::array_aligned<float, cute::cosize_v<SmemLayoutRow>, 128> dpsum;
+    typename Pipeline::SharedStorage pipe_q;
+    typename Pipeline::SharedStorage pipe_do;
+    uint64_t barrier_kv;  // ClusterTransactionBarrier: K and V arrived
+  };
+
+  struct Params {
+    TmaQ tma_q, tma_do;
+    TmaK tma_k, tma_v;
+    TmaRow tma_lse, tma_dpsum;
+    int seqlen_q, seqlen_k, seqlen_q_padded, heads_q, heads_kv, batch, group;
+    float scale_log2;
+  };
+
+  static Params make_params(const AttnBackwardProblem& bp, float* lse_log2, float* dpsum, int64_t seqlen_q_padded) {
+    using namespace cute;
+    const AttnProblem& pr = bp.fwd;
+    const int sq = int(pr.seqlen_q), sk = int(pr.seqlen_k), hq = int(pr.heads_q), hk = int(pr.heads_kv), b = int(pr.batch);
+    auto view = [](const void* ptr, int seq, int heads, int batch, const int64_t (&s)[3]) {
+      return make_tensor(make_gmem_ptr(static_cast<const Element*>(ptr)), make_shape(seq, int(kHeadDim), heads, batch),
+                         make_stride(s[1], _1{}, s[2], s[0]));
+    };
+    auto rows = [&](const float* ptr) {
+      return make_tensor(make_gmem_ptr(ptr), make_shape(int(seqlen_q_padded), hq, b),
+                         make_stride(_1{}, seqlen_q_padded, seqlen_q_padded * hq));
+    };
+    const auto q_tile = take<0, 2>(SmemLayoutQ{});
+    return Params{make_tma_copy(SM90_TMA_LOAD{}, view(pr.q, sq, hq, b, pr.q_stride), q_tile, Shape<BM, HD>{}, _1{}),
+                  make_tma_copy(SM90_TMA_LOAD{}, view(bp.dout, sq, hq, b, bp.do_stride), q_tile, Shape<BM, HD>{}, _1{}),
+                  make_tma_copy(SM90_TMA_LOAD{}, view(pr.k, sk, hk, b, pr.k_stride), SmemLayoutK{}, Shape<BN, HD>{}, _1{}),
+                  make_tma_copy(SM90_TMA_LOAD{}, view(pr.v, sk, hk, b, pr.v_stride), SmemLayoutK{}, Shape<BN, HD>{}, _1{}),
+                  make_tma_copy(SM90_TMA_LOAD{}, rows(lse_log2), Layout<Shape<BM>>{}, Shape<BM>{}, _1{}),
+                  make_tma_copy(SM90_TMA_LOAD{}, rows(dpsum), Layout<Shape<BM>>{}, Shape<BM>{}, _1{}),
+                  sq, sk, int(seqlen_q_padded), hq, hk, b, int(pr.group()), pr.scale * 1.4426950408889634f};
+  }
+
+  // Query blocks [m_begin, m_end) see at least one key of key block n_block (bottom-right causal:
+  // query i sees key j <= i + seqlen_k - seqlen_q). Possibly empty.
+  struct QueryRange {
+    int m_begin, m_end;
+  };
+  __device__ static QueryRange query_range(const Params& p, int n_block) {
+    const int m_end = (p.seqlen_q + kBlockM - 1) / kBlockM;
+    if constexpr (!Cfg::kCausal) {
+      return {0, m_end};
+    } else {
+      const int first_row = n_block * kBlockN - (p.seqlen_k - p.seqlen_q);  // first query seeing key n_block*kBlockN
+      if (first_row >= p.seqlen_q) return {m_end, m_end};
+      return {first_row <= 0 ? 0 : first_row / kBlockM, m_end};
+    }
+  }
+
+  // ---- producer (one elected thread) ------------------------------------------------------------
+
+  struct Loader {
+    const Params& p;
+    SharedStorage& ss;
+    int kv_head, batch;
+
+    __device__ void load_kv(int n_block) const {
+      using namespace cute;
+      auto load = [&](const TmaK& tma, Element* smem) {
+        Tensor m = tma.get_tma_tensor(make_shape(p.seqlen_k, int(kHeadDim), p.heads_kv, p.batch));
+        Tensor g = local_tile(m(_, _, kv_head, batch), Shape<BN, HD>{}, make_coord(n_block, _0{}));
+        Tensor s = make_tensor(make_smem_ptr(smem), SmemLayoutK{});
+        auto cta = tma.get_slice(_0{});
+        copy(tma.with(ss.barrier_kv), cta.partition_S(g), cta.partition_D(s));
+      };
+      cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&ss.barrier_kv, kKVBytes);
+      load(p.tma_k, ss.k.data());
+      load(p.tma_v, ss.v.data());
+    }
+
+    // One query block of query head `head`: a 2-D tile and its 64 row statistics on one barrier.
+    __device__ void load_rows(Pipeline& pipe, PipelineState st, const TmaQ& tma, Element* smem, const TmaRow& tma_row,
+                              float* smem_row, int head, int m_block) const {
+      using namespace cute;
+      pipe.producer_acquire(st);
+      auto* bar = pipe.producer_get_barrier(st);
+      Tensor m = tma.get_tma_tensor(make_shape(p.seqlen_q, int(kHeadDim), p.heads_q, p.batch));
+      Tensor g = local_tile(m(_, _, head, batch), Shape<BM, HD>{}, make_coord(m_block, _0{}));
+      Tensor s = make_tensor(make_smem_ptr(smem), SmemLayoutQ{});
+      auto cta = tma.get_slice(_0{});
+      copy(tma.with(*bar), cta.partition_S(g), cta.partition_D(s)(_, _, _, st.index()));
+      Tensor mr = tma_row.get_tma_tensor(make_shape(p.seqlen_q_padded, p.heads_q, p.batch));
+      Tensor gr = local_tile(mr(_, head, batch), Shape<BM>{}, make_coord(m_block));
+      Tensor sr = make_tensor(make_smem_ptr(smem_row), SmemLayoutRow{});
+      auto cta_r = tma_row.get_slice(_0{});
+      copy(tma_row.with(*bar), cta_r.partition_S(gr), cta_r.partition_D(sr)(_, _, st.index()));
+    }
+  };
+
+  // ---- consumers ----------------------------------------------------------------------------------
+
+  // Key j may be seen by query i: j < seqlen_k and, causal, j <= i + seqlen_k - seqlen_q.
+  __device__ static bool step_needs_mask(const Params& p, int n_block, int m_block) {
+    const int key_end = (n_block + 1) * kBlockN;
+    if (key_end > p.seqlen_k) return true;
+    if constexpr (Cfg::kCausal) return key_end - 1 > m_block * kBlockM + p.seqlen_k - p.seqlen_q;
+    return false;
+  }
+};
+
+}  // namespace hopattn::sm90::bwd
