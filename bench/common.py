@@ -1,6 +1,8 @@
-# Pure helpers of the Python benchmark (bench/compare.py): the shape grid, the FLOP count, and the
-# markdown table. No torch here, so tests/python/test_bench_helpers.py checks them on any machine.
+# Pure helpers of the Python benchmark (bench/compare.py): the shape grid, the FLOP counts (forward
+# and backward), the gradient-check summary, the file names and the markdown table. No torch here,
+# so tests/python/test_bench_helpers.py checks them on any machine.
 import datetime
+import math
 import os
 import subprocess
 from pathlib import Path
@@ -25,6 +27,66 @@ def attention_flops(batch, heads, seqlen_q, seqlen_k, head_dim, causal):
     """Forward FLOPs: two matmuls (QK^T and PV) of 2*sq*sk*d each per head; causal does half."""
     flops = 4 * batch * heads * seqlen_q * seqlen_k * head_dim
     return flops // 2 if causal else flops
+
+
+# Backward FLOPs as FlashAttention counts them: 2.5x the forward's (five matmuls against two:
+# recomputed QK^T, dV = P^T dO, dP = dO V^T, dQ = dS K, dK = dS^T Q).
+BWD_FLOPS_FACTOR = 2.5
+DIRECTIONS = ("fwd", "bwd")
+DIRECTION_TITLES = {"fwd": "Forward", "bwd": "Backward"}
+
+
+def attention_bwd_flops(batch, heads, seqlen_q, seqlen_k, head_dim, causal):
+    """Backward FLOPs: 2.5 x attention_flops (exact: the forward count is always even)."""
+    return 5 * attention_flops(batch, heads, seqlen_q, seqlen_k, head_dim, causal) // 2
+
+
+def direction_flops(direction, batch, heads, seqlen_q, seqlen_k, head_dim, causal):
+    count = {"fwd": attention_flops, "bwd": attention_bwd_flops}[direction]
+    return count(batch, heads, seqlen_q, seqlen_k, head_dim, causal)
+
+
+def directions_from_arg(arg):
+    """--direction value -> the directions to run, in order."""
+    return {"fwd": ["fwd"], "bwd": ["bwd"], "both": ["fwd", "bwd"]}[arg]
+
+
+def reference_chunk_slices(slices, seqlen_q, seqlen_k, budget_bytes, item_bytes=4):
+    """How many (batch*heads) slices of a (seqlen_q, seqlen_k) fp32 score matrix the chunked math
+    reference takes at once: as many as fit budget_bytes per score-sized tensor, at least 1, at
+    most slices. (The autograd reference holds about five score-sized tensors at its peak.)"""
+    per_slice = seqlen_q * seqlen_k * item_bytes
+    return max(1, min(slices, budget_bytes // per_slice))
+
+
+GRAD_NAMES = ("dq", "dk", "dv")
+
+
+def summarize_grad_check(errors, bound, against=None):
+    """errors: {impl: {"dq": rel_l2, "dk": ..., "dv": ...}} for every implementation checked.
+    against: None for the fp32 reference, else the peer implementation key the others were compared
+    with. Returns the table's check cell: 'unchecked', 'ok', 'ok vs cuDNN' or
+    'MISMATCH hopattn dq 3.1e-02, ...' (each failing implementation with its worst gradient)."""
+    if not errors:
+        return "unchecked"
+    failures = []
+    for impl, by_grad in errors.items():
+        bad = {g: e for g, e in by_grad.items() if not (isinstance(e, (int, float)) and math.isfinite(e) and e <= bound)}
+        if bad:
+            # NaN sorts badly: show a non-finite gradient first, else the largest error.
+            worst = max(bad, key=lambda g: float("inf") if not math.isfinite(bad[g]) else bad[g])
+            failures.append(f"{IMPL_HEADERS.get(impl, impl)} {worst} {bad[worst]:.1e}")
+    suffix = "" if against is None else f" vs {IMPL_HEADERS.get(against, against)}"
+    return ("MISMATCH " + ", ".join(failures) + suffix) if failures else "ok" + suffix
+
+
+# Check cells that do not fail the run: ok (also 'ok vs <peer>'), nothing to compare, or a hopattn
+# backward kernel for this head_dim that the loaded build does not contain.
+_PASSING_CHECKS = ("unchecked", "hopattn bwd not built")
+
+
+def check_passed(check):
+    return check == "ok" or check.startswith("ok vs ") or check in _PASSING_CHECKS
 
 
 def tflops_per_s(flops, ms):
@@ -101,10 +163,37 @@ def markdown_table(rows, impls):
     return "\n".join(lines)
 
 
-def output_stem(out_dir, date=None, tag=None):
-    """docs/bench/fwd-<date>[-<tag>]; the caller appends .json/.md/.png."""
+def bwd_check_note(ref_max_seqlen, grid_max_seqlen, bound):
+    """The backward table's line saying what each gradient was checked against."""
+    where = ("at every point" if ref_max_seqlen >= grid_max_seqlen else
+             f"at seqlen <= {format_seqlen(ref_max_seqlen)}; above that against cuDNN "
+             "(FA2 (SDPA flash) if cuDNN failed), marked 'vs <peer>' in the check column")
+    return (f"Check: dq, dk and dv of every implementation, rel L2 <= {bound:g} each, against an fp32 math "
+            f"reference (torch autograd on the GPU, chunked over batch x heads, no TF32) {where}.")
+
+
+def markdown_report(direction, timer_name, env, table, check_note=None):
+    """The .md file: a title line for the direction, check_note if any, the environment line, the table."""
+    head = f"{DIRECTION_TITLES[direction]}"
+    if direction == "bwd":
+        head += " (dq, dk, dv; only torch.autograd.grad is timed)"
+    head += f", bf16, {TOTAL_TOKENS} tokens, hidden {HIDDEN}; TFLOP/s"
+    if direction == "bwd":
+        head += f" with backward FLOPs = {BWD_FLOPS_FACTOR:g} x forward FLOPs"
+    head += f" ({timer_name}).\n"
+    if check_note:
+        head += check_note + "\n"
+    head += (f"{env['device']}, torch {env['torch']}, CUDA {env['cuda']}, cuDNN {env['cudnn']}, "
+             f"hopattn {env['hopattn_version']}.\n")
+    return f"{head}\n{table}\n"
+
+
+def output_stem(out_dir, date=None, tag=None, direction="fwd"):
+    """docs/bench/<direction>-<date>[-<tag>] (fwd-... or bwd-...); the caller appends .json/.md/.png."""
+    if direction not in DIRECTIONS:
+        raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
     date = date or datetime.date.today().isoformat()
-    name = f"fwd-{date}" + (f"-{tag}" if tag else "")
+    name = f"{direction}-{date}" + (f"-{tag}" if tag else "")
     return Path(out_dir) / name
 
 

@@ -1,8 +1,15 @@
-# Side-by-side forward benchmark in one process: hopattn vs torch SDPA (FlashAttention-2 and cuDNN
-# backends) vs FlashAttention-3 when importable, over a 16k-token / hidden-2048 grid. Writes JSON,
-# PNG and a markdown table (also printed last) for docs/BENCHMARKS.md. GPU machine only.
+# Side-by-side forward and/or backward benchmark in one process: hopattn vs torch SDPA
+# (FlashAttention-2 and cuDNN backends) vs FlashAttention-3 when importable, over a 16k-token /
+# hidden-2048 grid. Writes JSON, PNG and a markdown table (also printed last) per direction
+# (fwd-<date>[-tag].* and bwd-<date>[-tag].*) for docs/BENCHMARKS.md. GPU machine only.
+#   --direction fwd (default): times the forward; checks hopattn's output against a peer's.
+#   --direction bwd: runs each forward once with autograd, then times only
+#     torch.autograd.grad(out, (q, k, v), dout, retain_graph=True); TFLOP/s from 2.5x the forward
+#     FLOPs; checks every implementation's dq, dk, dv against an fp32 math reference.
+#   --direction both: the two, one after the other, each with its own files.
 import argparse
 import datetime
+import gc
 import json
 import math
 import statistics
@@ -21,10 +28,22 @@ except ImportError:
     sys.path.insert(0, str(REPO_ROOT / "python"))
 
 CHECK_REL_L2 = 2e-2
+# Score-sized fp32 tensor budget of the chunked backward reference (it peaks at about five of them).
+REF_CHUNK_BYTES = 1 << 30
+
+
+def _one_int(text):
+    values = common.parse_int_list(text)
+    if len(values) != 1:
+        raise argparse.ArgumentTypeError(f"expected one integer (1k-style suffix allowed), got {text!r}")
+    return values[0]
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description="hopattn vs SDPA flash / cuDNN / FA3 forward benchmark")
+    p = argparse.ArgumentParser(description="hopattn vs SDPA flash / cuDNN / FA3 forward and backward benchmark")
+    p.add_argument("--direction", choices=["fwd", "bwd", "both"], default="fwd",
+                   help="time the forward (default), the backward (autograd.grad only), or both; "
+                        "each direction writes its own fwd-/bwd- files")
     p.add_argument("--hdims", default=None, help="comma list, e.g. 64,128 (default 64,128,256)")
     p.add_argument("--seqlens", default=None, help="comma list, e.g. 512,1k,16k (default 512..16k)")
     p.add_argument("--causal", choices=["0", "1", "both"], default="both")
@@ -32,6 +51,9 @@ def parse_args(argv=None):
     p.add_argument("--out-dir", default=str(REPO_ROOT / "docs" / "bench"))
     p.add_argument("--tag", default=None, help="appended to the output file names")
     p.add_argument("--no-plot", action="store_true")
+    p.add_argument("--bwd-ref-max-seqlen", type=_one_int, default=common.ALL_SEQLENS[-1],
+                   help="backward check: fp32 math reference up to this seqlen (default %(default)s, i.e. the "
+                        "whole grid; it is chunked, a few GiB at most); above it, against cuDNN's (or FA2's) gradients")
     return p.parse_args(argv)
 
 
@@ -181,6 +203,121 @@ def bench_point(torch, impls, timer, point):
     return row
 
 
+def reference_grads_fp32(torch, q, k, v, dout, causal, budget_bytes=REF_CHUNK_BYTES):
+    """dq, dk, dv of exact softmax attention in fp32 (plain matmuls + softmax, torch autograd, TF32
+    off) from the bf16 q, k, v, dout in (b, s, h, d) layout; returned as fp32 (b, s, h, d) views.
+    Chunked over the batch*heads slices so the (s, s) score matrices stay within budget_bytes each
+    (peak about 5x that, at most ~6 GiB at seqlen 16k). seqlen_q == seqlen_k here, so causal's
+    top-left and bottom-right alignments agree."""
+    b, s, h, d = q.shape
+    scale = 1.0 / math.sqrt(d)
+
+    def flat(t):
+        return t.detach().transpose(1, 2).reshape(b * h, s, d).float()
+
+    qf, kf, vf, df = (flat(t) for t in (q, k, v, dout))
+    dq, dk, dv = (torch.empty_like(qf) for _ in range(3))
+    mask = torch.ones((s, s), dtype=torch.bool, device=q.device).triu_(1) if causal else None
+    chunk = common.reference_chunk_slices(b * h, s, s, budget_bytes)
+    saved_tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        with torch.enable_grad():
+            for i in range(0, b * h, chunk):
+                j = min(i + chunk, b * h)
+                qc, kc, vc = (t[i:j].detach().requires_grad_() for t in (qf, kf, vf))
+                scores = torch.matmul(qc, kc.transpose(1, 2)) * scale
+                if mask is not None:
+                    scores = scores.masked_fill(mask, float("-inf"))
+                out = torch.matmul(torch.softmax(scores, dim=-1), vc)
+                del scores
+                gq, gk, gv = torch.autograd.grad(out, (qc, kc, vc), df[i:j])
+                dq[i:j], dk[i:j], dv[i:j] = gq, gk, gv
+                del out, gq, gk, gv, qc, kc, vc
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = saved_tf32
+    del qf, kf, vf, df, mask
+    return tuple(t.view(b, h, s, d).transpose(1, 2) for t in (dq, dk, dv))
+
+
+def bench_point_bwd(torch, impls, timer, point, ref_max_seqlen, hopattn_bwd_built=True):
+    """One grid point of the backward: each implementation's forward once with autograd, its
+    gradients checked, then only torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
+    timed, under the same SDPA backend context as the forward."""
+    b, s, h, d, causal = point["batch"], point["seqlen"], point["heads"], point["head_dim"], point["causal"]
+    flops = common.attention_bwd_flops(b, h, s, s, d, causal)
+    gen = torch.Generator(device="cuda").manual_seed(4321 + s + d)
+    q, k, v, dout = (torch.randn((b, s, h, d), generator=gen, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+    for t in (q, k, v):
+        t.requires_grad_()
+
+    row = dict(point, flops=flops, ms={}, tflops={}, errors={})
+    runnable, grads = {}, {}
+    # 1. Forward with autograd (untimed) and one untimed backward each: a peer that cannot run this
+    #    shape is recorded, not fatal.
+    for name, build in impls.items():
+        try:
+            fwd, context = build(q, k, v, causal)
+            with context(), torch.enable_grad():
+                out = fwd()
+
+            def bwd(out=out, inputs=(q, k, v), dout=dout):
+                return torch.autograd.grad(out, inputs, dout, retain_graph=True)
+
+            with context():
+                grads[name] = bwd()
+            torch.cuda.synchronize()  # surfaces asynchronous launch errors here, inside the try
+            runnable[name] = (bwd, context)
+        except Exception as exc:
+            row["errors"][name] = short_error(exc)
+            grads.pop(name, None)
+        out = fwd = bwd = None  # the graph lives on only in runnable
+
+    # 2. Every implementation's dq, dk, dv against the fp32 reference (or, above ref_max_seqlen or if
+    #    the reference fails, against cuDNN's, else FA2's).
+    ref, against = None, None
+    if grads and s <= ref_max_seqlen:
+        try:
+            ref = reference_grads_fp32(torch, q, k, v, dout, causal)
+            torch.cuda.synchronize()
+        except Exception as exc:
+            row["errors"]["reference"] = short_error(exc)
+            ref = None
+            torch.cuda.empty_cache()
+    if ref is None:
+        against = next((n for n in ("cudnn", "fa2") if n in grads), None)
+        ref = grads.get(against)
+    errors = {}
+    if ref is not None:
+        for name, got in grads.items():
+            if name != against:
+                errors[name] = {g: rel_l2(x, y) for g, x, y in zip(common.GRAD_NAMES, got, ref)}
+    row["check_rel_l2"], row["check_against"] = errors, (against or "fp32 reference") if ref is not None else None
+    check = common.summarize_grad_check(errors, CHECK_REL_L2, against)
+    if "hopattn" not in grads:
+        missing = "hopattn failed" if hopattn_bwd_built else "hopattn bwd not built"
+        check = missing if check in ("ok", "unchecked") or check.startswith("ok vs ") else f"{missing}; {check}"
+    row["check"] = check
+    del ref
+    grads.clear()
+
+    # 3. Timing of the backward alone, with the SDPA backend choice active.
+    for name in impls:
+        ms = None
+        if name in runnable:
+            bwd, context = runnable[name]
+            try:
+                with context():
+                    ms = timer(bwd)
+            except Exception as exc:
+                row["errors"][name] = short_error(exc)
+        row["ms"][name] = ms
+        row["tflops"][name] = common.tflops_per_s(flops, ms)
+    runnable.clear()
+    del q, k, v, dout
+    return row
+
+
 def environment(torch, timer_name, impl_names):
     import hopattn
 
@@ -212,6 +349,67 @@ def environment(torch, timer_name, impl_names):
     return env
 
 
+def run_direction(torch, direction, impls, timer, timer_name, env, grid, args):
+    """Runs the grid for one direction and writes its JSON / markdown / PNG; returns the rows."""
+    impl_names = list(impls)
+    built = set(env.get("hopattn_build") or [])
+    grid_max_seqlen = max(p["seqlen"] for p in grid)
+    title = common.DIRECTION_TITLES[direction]
+    both = args.direction == "both"
+    if both:
+        print(f"## {title}", flush=True)
+    prefix = "" if direction == "fwd" else f"{direction} "  # a forward-only run prints as it always did
+    rows = []
+    for point in grid:
+        try:
+            if direction == "fwd":
+                row = bench_point(torch, impls, timer, point)
+            else:
+                row = bench_point_bwd(torch, impls, timer, point, args.bwd_ref_max_seqlen,
+                                      hopattn_bwd_built=f"bwd:bf16:{point['head_dim']}" in built)
+        except Exception as exc:  # e.g. input allocation failed: keep the rest of the grid
+            traceback.print_exc()
+            row = dict(point, flops=None, ms={}, tflops={n: None for n in impls}, errors={"all": short_error(exc)}, check="error")
+        rows.append(row)
+        gc.collect()  # drops any autograd graph left in a traceback before the allocator is trimmed
+        torch.cuda.empty_cache()
+        cells = "  ".join(f"{n}={common.format_tflops(row['tflops'].get(n))}" for n in impls)
+        print(f"{prefix}hdim={point['head_dim']:<3} causal={int(point['causal'])} seqlen={point['seqlen']:<5} "
+              f"{cells}  TFLOP/s  check={row['check']}", flush=True)
+        for name, err in row.get("errors", {}).items():
+            print(f"    {name}: {err}", flush=True)
+
+    stem = common.output_stem(args.out_dir, tag=args.tag, direction=direction)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    table = common.markdown_table(rows, impl_names)
+    result = dict(env, rows=rows)
+    check_note = None
+    if direction == "bwd":
+        check_note = common.bwd_check_note(args.bwd_ref_max_seqlen, grid_max_seqlen, CHECK_REL_L2)
+        result = dict(env, direction="bwd", flops="backward = 2.5 x forward (FlashAttention convention)",
+                      timed="torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)",
+                      check_reference=check_note, bwd_ref_max_seqlen=args.bwd_ref_max_seqlen, rows=rows)
+    Path(f"{stem}.json").write_text(json.dumps(result, indent=1) + "\n")
+    Path(f"{stem}.md").write_text(common.markdown_report(direction, timer_name, env, table, check_note))
+    written = [f"{stem}.json", f"{stem}.md"]
+    if not args.no_plot:
+        try:
+            from plot import plot_rows
+
+            plot_rows(rows, impl_names, f"{stem}.png", title=f"{env['device']}, bf16 {title.lower()}")
+            written.append(f"{stem}.png")
+        except Exception as exc:  # matplotlib missing must not lose the measurements
+            print(f"plot skipped: {short_error(exc)}", file=sys.stderr)
+    print("wrote " + ", ".join(written), flush=True)
+    print()
+    if check_note:
+        print(check_note)
+    print(table)
+    if both:
+        print()
+    return rows
+
+
 def main(argv=None):
     args = parse_args(argv)
     import torch
@@ -229,41 +427,9 @@ def main(argv=None):
           f"impls {list(impls)}  timing: {timer_name}", flush=True)
 
     rows = []
-    for point in grid:
-        try:
-            row = bench_point(torch, impls, timer, point)
-        except Exception as exc:  # e.g. input allocation failed: keep the rest of the grid
-            traceback.print_exc()
-            row = dict(point, flops=None, ms={}, tflops={n: None for n in impls}, errors={"all": short_error(exc)}, check="error")
-        rows.append(row)
-        cells = "  ".join(f"{n}={common.format_tflops(row['tflops'].get(n))}" for n in impls)
-        print(f"hdim={point['head_dim']:<3} causal={int(point['causal'])} seqlen={point['seqlen']:<5} "
-              f"{cells}  TFLOP/s  check={row['check']}", flush=True)
-        for name, err in row.get("errors", {}).items():
-            print(f"    {name}: {err}", flush=True)
-
-    stem = common.output_stem(args.out_dir, tag=args.tag)
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    table = common.markdown_table(rows, list(impls))
-    Path(f"{stem}.json").write_text(json.dumps(dict(env, rows=rows), indent=1) + "\n")
-    Path(f"{stem}.md").write_text(
-        f"Forward, bf16, {common.TOTAL_TOKENS} tokens, hidden {common.HIDDEN}; TFLOP/s ({timer_name}).\n"
-        f"{env['device']}, torch {env['torch']}, CUDA {env['cuda']}, cuDNN {env['cudnn']}, "
-        f"hopattn {env['hopattn_version']}.\n\n{table}\n"
-    )
-    written = [f"{stem}.json", f"{stem}.md"]
-    if not args.no_plot:
-        try:
-            from plot import plot_rows
-
-            plot_rows(rows, list(impls), f"{stem}.png", title=f"{env['device']}, bf16 forward")
-            written.append(f"{stem}.png")
-        except Exception as exc:  # matplotlib missing must not lose the measurements
-            print(f"plot skipped: {short_error(exc)}", file=sys.stderr)
-    print("wrote " + ", ".join(written), flush=True)
-    print()
-    print(table)
-    return 0 if all(r["check"] in ("ok", "unchecked") for r in rows) else 1
+    for direction in common.directions_from_arg(args.direction):
+        rows += run_direction(torch, direction, impls, timer, timer_name, env, grid, args)
+    return 0 if all(common.check_passed(r["check"]) for r in rows) else 1
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 # Plots a bench/compare.py result: one panel per (head_dim, causal), TFLOP/s against seqlen, one
 # line per implementation. Usable on its own to re-plot a saved JSON: python bench/plot.py fwd-X.json
+# (or a backward result, bwd-X.json).
 import argparse
 import json
 import sys
@@ -50,12 +51,15 @@ def plot_rows(rows, impls, path, title=""):
 
 def main():
     parser = argparse.ArgumentParser(description="re-plot a bench/compare.py JSON result")
-    parser.add_argument("json_path", help="a fwd-<date>.json written by bench/compare.py")
+    parser.add_argument("json_path", help="a fwd-<date>.json or bwd-<date>.json written by bench/compare.py")
     parser.add_argument("--out", help="PNG path (default: next to the JSON)")
     args = parser.parse_args()
     result = json.loads(Path(args.json_path).read_text())
     out = args.out or str(Path(args.json_path).with_suffix(".png"))
-    plot_rows(result["rows"], result["impls"], out, title=result.get("device", ""))
+    title = result.get("device", "")
+    if result.get("direction") == "bwd":  # forward results predate the key
+        title += ", bf16 backward"
+    plot_rows(result["rows"], result["impls"], out, title=title)
     print(out)
 
 

@@ -1,5 +1,6 @@
-# Checks the pure helpers of bench/compare.py (FLOP count, shape grid, table, file names) without
-# torch or a GPU, so a broken benchmark script is caught on CI before it reaches the GPU machine.
+# Checks the pure helpers of bench/compare.py (forward and backward FLOP counts, shape grid, table,
+# report header, gradient-check summary, file names, arguments) without torch or a GPU, so a broken
+# benchmark script is caught on CI before it reaches the GPU machine.
 import importlib.util
 
 import pytest
@@ -12,6 +13,91 @@ def test_flops_formula():
     assert common.attention_flops(2, 16, 1024, 1024, 128, causal=False) == 4 * 2 * 16 * 1024 * 1024 * 128
     assert common.attention_flops(2, 16, 1024, 1024, 128, causal=True) == 2 * 2 * 16 * 1024 * 1024 * 128
     assert common.attention_flops(1, 1, 3, 5, 7, causal=False) == 4 * 3 * 5 * 7
+
+
+def test_bwd_flops_are_two_and_a_half_forward():
+    fwd = common.attention_flops(2, 16, 1024, 1024, 128, causal=False)
+    assert common.attention_bwd_flops(2, 16, 1024, 1024, 128, causal=False) == 10 * 2 * 16 * 1024 * 1024 * 128
+    assert common.attention_bwd_flops(2, 16, 1024, 1024, 128, causal=False) == 2.5 * fwd
+    # Causal halves it, as it does the forward; the count stays an exact integer.
+    causal = common.attention_bwd_flops(2, 16, 1024, 1024, 128, causal=True)
+    assert causal * 2 == common.attention_bwd_flops(2, 16, 1024, 1024, 128, causal=False)
+    assert isinstance(causal, int)
+    assert common.attention_bwd_flops(1, 1, 3, 5, 7, causal=True) == 5 * (4 * 3 * 5 * 7 // 2) // 2
+    assert common.BWD_FLOPS_FACTOR == 2.5
+    assert common.direction_flops("fwd", 1, 2, 64, 64, 64, False) == common.attention_flops(1, 2, 64, 64, 64, False)
+    assert common.direction_flops("bwd", 1, 2, 64, 64, 64, True) == common.attention_bwd_flops(1, 2, 64, 64, 64, True)
+    # 16k tokens, hidden 2048, seqlen 16k non-causal: 2.5 x 4 * 16384^2 * 2048 FLOPs.
+    assert common.attention_bwd_flops(1, 16, 16384, 16384, 128, False) == 10 * 16384 * 16384 * 2048
+
+
+def test_directions_from_arg():
+    assert common.directions_from_arg("fwd") == ["fwd"]
+    assert common.directions_from_arg("bwd") == ["bwd"]
+    assert common.directions_from_arg("both") == ["fwd", "bwd"]
+    with pytest.raises(KeyError):
+        common.directions_from_arg("up")
+
+
+def test_reference_chunk_slices_bounds_the_score_matrices():
+    gib = 1 << 30
+    # seqlen 512: 1 MiB of fp32 scores per slice; 1024 slices fit a GiB.
+    assert common.reference_chunk_slices(1024, 512, 512, gib) == 1024
+    assert common.reference_chunk_slices(4096, 512, 512, gib) == 1024
+    assert common.reference_chunk_slices(8, 512, 512, gib) == 8
+    # seqlen 16k: one slice is already a GiB; 64k: over budget, but never fewer than one slice.
+    assert common.reference_chunk_slices(32, 16384, 16384, gib) == 1
+    assert common.reference_chunk_slices(32, 65536, 65536, gib) == 1
+    for s in (512, 1024, 2048, 4096, 8192, 16384):
+        for d in (64, 128, 256):
+            slices = (16384 // s) * (2048 // d)
+            chunk = common.reference_chunk_slices(slices, s, s, gib)
+            assert 1 <= chunk <= slices and chunk * s * s * 4 <= gib
+
+
+def test_summarize_grad_check():
+    ok = {"dq": 3e-3, "dk": 4e-3, "dv": 2e-3}
+    assert common.summarize_grad_check({}, 2e-2) == "unchecked"
+    assert common.summarize_grad_check({"hopattn": ok, "fa2": ok, "cudnn": ok}, 2e-2) == "ok"
+    assert common.summarize_grad_check({"hopattn": ok, "fa2": ok}, 2e-2, against="cudnn") == "ok vs cuDNN"
+    assert common.summarize_grad_check({"hopattn": dict(ok, dk=2e-2)}, 2e-2) == "ok"  # the bound itself passes
+    bad = common.summarize_grad_check({"hopattn": dict(ok, dk=3.1e-2, dv=5e-2), "cudnn": ok}, 2e-2)
+    assert bad == "MISMATCH hopattn dv 5.0e-02"
+    nan = common.summarize_grad_check({"hopattn": ok, "fa2": dict(ok, dq=float("nan"), dv=1.0)}, 2e-2, against="cudnn")
+    assert nan == "MISMATCH FA2 (SDPA flash) dq nan vs cuDNN"
+    two = common.summarize_grad_check({"hopattn": dict(ok, dq=0.1), "fa3": dict(ok, dv=float("inf"))}, 2e-2)
+    assert two == "MISMATCH hopattn dq 1.0e-01, FA3 dv inf"
+
+
+def test_check_passed():
+    for passing in ("ok", "ok vs cuDNN", "ok vs FA2 (SDPA flash)", "unchecked", "hopattn bwd not built"):
+        assert common.check_passed(passing), passing
+    for failing in ("MISMATCH (3.0e-02)", "MISMATCH hopattn dq 3.0e-02", "hopattn failed", "error",
+                    "hopattn bwd not built; MISMATCH FA3 dv 1.0e-01", "hopattn failed; MISMATCH FA3 dv 1.0e-01"):
+        assert not common.check_passed(failing), failing
+
+
+ENV = dict(device="NVIDIA H200", torch="2.11.0+cu130", cuda="13.0", cudnn=91900, hopattn_version="0.1.0+abc")
+
+
+def test_markdown_report_forward_is_unchanged():
+    text = common.markdown_report("fwd", "triton.testing.do_bench median", ENV, "| t |")
+    assert text == (
+        "Forward, bf16, 16384 tokens, hidden 2048; TFLOP/s (triton.testing.do_bench median).\n"
+        "NVIDIA H200, torch 2.11.0+cu130, CUDA 13.0, cuDNN 91900, hopattn 0.1.0+abc.\n\n| t |\n"
+    )
+
+
+def test_markdown_report_backward_names_direction_flops_and_check():
+    note = common.bwd_check_note(16384, 16384, 2e-2)
+    assert "fp32" in note and "at every point" in note and "0.02" in note
+    partial = common.bwd_check_note(4096, 16384, 2e-2)
+    assert "seqlen <= 4k" in partial and "cuDNN" in partial
+    lines = common.markdown_report("bwd", "T", ENV, "| t |", note).splitlines()
+    assert lines[0].startswith("Backward") and "2.5 x forward FLOPs" in lines[0] and "(T)" in lines[0]
+    assert lines[1] == note
+    assert lines[2].startswith("NVIDIA H200, torch 2.11.0+cu130")
+    assert lines[3:] == ["", "| t |"]
 
 
 def test_tflops():
@@ -55,6 +141,11 @@ def test_markdown_table_marks_failed_peers_na():
 def test_output_stem(tmp_path):
     assert common.output_stem(tmp_path, date="2025-01-02").name == "fwd-2025-01-02"
     assert common.output_stem(tmp_path, date="2025-01-02", tag="h200").name == "fwd-2025-01-02-h200"
+    assert common.output_stem(tmp_path, date="2025-01-02", direction="fwd").name == "fwd-2025-01-02"
+    assert common.output_stem(tmp_path, date="2025-01-02", direction="bwd").name == "bwd-2025-01-02"
+    assert common.output_stem(tmp_path, date="2025-01-02", tag="h200", direction="bwd").name == "bwd-2025-01-02-h200"
+    with pytest.raises(ValueError):
+        common.output_stem(tmp_path, date="2025-01-02", direction="both")
 
 
 def test_git_commit_prefers_env(monkeypatch, tmp_path):
@@ -68,6 +159,14 @@ def test_compare_parses_args_without_torch():
     spec.loader.exec_module(compare)  # must not import torch at module level
     args = compare.parse_args(["--quick", "--causal", "1", "--tag", "x"])
     assert args.quick and args.causal == "1" and args.tag == "x"
+    assert args.direction == "fwd"  # the default keeps existing (forward-only) runs unchanged
+    assert compare.parse_args(["--direction", "bwd"]).direction == "bwd"
+    assert compare.parse_args(["--direction", "both"]).direction == "both"
+    assert compare.parse_args([]).bwd_ref_max_seqlen == common.ALL_SEQLENS[-1]
+    assert compare.parse_args(["--bwd-ref-max-seqlen", "4k"]).bwd_ref_max_seqlen == 4096
+    for bad in (["--direction", "sideways"], ["--bwd-ref-max-seqlen", "1k,2k"]):
+        with pytest.raises(SystemExit):
+            compare.parse_args(bad)
 
 
 def test_plot_writes_png(tmp_path):

@@ -92,7 +92,10 @@ cudaError_t run_bwd(const AttnBackwardProblem& bp, void* workspace, cudaStream_t
     cudaError_t e = p.causal ? bwd::launch_main<kDType, kHeadDim, true>(bp, w, ws_bytes, stream)
                              : bwd::launch_main<kDType, kHeadDim, false>(bp, w, ws_bytes, stream);
     if (e != cudaSuccess) return e;
-    bwd::bwd_postprocess_kernel<Element, kHeadDim><<<unsigned(row_grid), 256, 0, stream>>>(pp);
+    using DqMainloop = bwd::BwdMainloop<bwd::BwdConfig<kDType, kHeadDim, false>>;  // dQ's fragment order
+    const int64_t tiles = p.batch * p.heads_q * w.m_blocks;
+    if (tiles > INT_MAX) return cudaErrorInvalidConfiguration;
+    bwd::bwd_postprocess_kernel<DqMainloop><<<unsigned(tiles), DqMainloop::kdQElems / DqMainloop::kdQPerThread, 0, stream>>>(pp);
     return cudaGetLastError();
   }
 }

@@ -39,7 +39,7 @@ struct BwdConfig {
 // Named barriers (CUTLASS's user range; see ws/named_barriers.hpp).
 enum class BwdBarrier : unsigned {
   kdSReady = 0,   // both consumer warpgroups wrote their dS^T slice: the dQ GEMM may read it
-  kdQOrder = 1,   // deterministic mode: the turn for this query block's dQ adds has come
+  kdQReady = 1,   // both consumer warpgroups staged their dQ: one thread may issue the bulk reduce-add
 };
 
 __device__ __forceinline__ unsigned barrier_id(BwdBarrier b) { return static_cast<unsigned>(b); }

@@ -63,6 +63,20 @@ __device__ __forceinline__ void store_release(int* p, int v) {
   asm volatile("st.release.gpu.global.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
+// Adds `bytes` of fp32 from shared memory into global memory, element-wise, as one asynchronous
+// bulk operation (CuTe wraps only the tensor-map form of cp.reduce.async.bulk). Completes through
+// the bulk-group mechanism: commit with tma_store_arrive, wait with tma_store_wait / bulk_wait_complete.
+__device__ __forceinline__ void bulk_reduce_add_f32(float* gmem, const float* smem, uint32_t bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;" ::"l"(gmem),
+               "r"(cute::cast_smem_ptr_to_uint(smem)), "r"(bytes)
+               : "memory");
+}
+// Waits until every committed bulk group has completed its global writes (not only its smem
+// reads), then orders them before this thread's later generic-proxy accesses.
+__device__ __forceinline__ void bulk_wait_complete() {
+  asm volatile("cp.async.bulk.wait_group 0;\n\tfence.proxy.async.global;" ::: "memory");
+}
+
 // Writes one warpgroup's (keys, head_dim) gradient tile, times `scale`, rows past seqlen_k clipped.
 // Adjacent column pairs leave as one 32-bit store.
 template <class Element, class Frag, class Coords>
@@ -149,6 +163,7 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
     const typename K::Block blk = K::block(params);
     const auto range = Mainloop::query_range(mp, blk.n_block);
     const int thread_idx = threadIdx.x - 128;
+    const int wg = thread_idx / 128;
 
     typename Mainloop::TiledMmaSdP mma_sdp;
     typename Mainloop::TiledMmadKV mma_dkv;
@@ -170,7 +185,6 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
       Tensor sQt = make_tensor(make_smem_ptr(ss.q.data()), typename Mainloop::SmemLayoutQt{});
       Tensor sdO = make_tensor(make_smem_ptr(ss.dout.data()), typename Mainloop::SmemLayoutQ{});
       Tensor sdOt = make_tensor(make_smem_ptr(ss.dout.data()), typename Mainloop::SmemLayoutQt{});
-      Tensor sdSt = make_tensor(make_smem_ptr(ss.ds.data()), typename Mainloop::SmemLayoutdSt{});
       Tensor sdS = make_tensor(make_smem_ptr(ss.ds.data()), typename Mainloop::SmemLayoutdS{});
       Tensor sLse = make_tensor(make_smem_ptr(ss.lse.data()), typename Mainloop::SmemLayoutRow{});
       Tensor sDpsum = make_tensor(make_smem_ptr(ss.dpsum.data()), typename Mainloop::SmemLayoutRow{});
@@ -183,9 +197,7 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
       Tensor tdKrQt = thr_dkv.partition_fragment_B(sQt);
       Tensor tdQrdS = thr_dq.partition_fragment_A(sdS);
       Tensor tdQrKt = thr_dq.partition_fragment_B(sKt);
-      Tensor tdSsdSt = thr_sdp.partition_C(sdSt);  // where this thread's dS^T values go
       Tensor tScS = thr_sdp.partition_C(make_identity_tensor(Shape<BN, BM>{}));
-      Tensor tdQcdQ = thr_dq.partition_C(make_identity_tensor(Shape<BM, HD>{}));
       auto c_rc = ws::acc_rowcol(tScS);
 
       const int seqlen_k = mp.seqlen_k;
@@ -243,10 +255,19 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
           ws::convert_fragment(tdPrdP, tdSrdS);
           ws::wgmma_issue<false>(mma_dkv, tdSrdS, tdKrQt(_, _, _, st.index()), tdKrdK);
 
-          // dS^T to shared memory (same register order as the accumulator), then dQ = dS K over
-          // both warpgroups' keys: each warpgroup computes half of head_dim.
-          Tensor tdSrdS_acc = make_tensor(tdSrdS.data(), tdPrdP.layout());
-          copy(tdSrdS_acc, tdSsdSt(_, _, _, ds_buf));
+          // dS^T to shared memory with stmatrix (8x8 16-bit tiles in accumulator order, the same
+          // store the forward epilogue uses for O), then dQ = dS K over both warpgroups' keys: each
+          // warpgroup computes half of head_dim. Thread 0 first makes sure the previous step's
+          // bulk reduce has finished reading the dQ staging buffer, which is rewritten below.
+          {
+            Tensor tdSrdS_acc = make_tensor(tdSrdS.data(), tdPrdP.layout());
+            Tensor sdS_wg = make_tensor(make_smem_ptr(ss.ds.data() + ds_buf * (kBlockN * kBlockM) + wg * Mainloop::kdSWarpGroupElems),
+                                        typename Mainloop::SmemLayoutdStWarpGroup{});
+            auto smem_copy = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, typename Mainloop::MmaSdPWarpGroup{});
+            auto thr_copy = smem_copy.get_thread_slice(thread_idx % 128);
+            copy(smem_copy, thr_copy.retile_S(tdSrdS_acc), thr_copy.partition_D(sdS_wg));
+          }
+          if (thread_idx == 0) tma_store_wait<0>();
           cutlass::arch::fence_view_async_shared();  // generic-proxy stores -> WGMMA (async proxy)
           cutlass::arch::NamedBarrier::sync(Cfg::kNumMmaThreads, barrier_id(BwdBarrier::kdSReady));
           Tensor tdQrdQ = partition_fragment_C(mma_dq, Shape<BM, HD>{});
@@ -256,33 +277,40 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
           pipe_q.consumer_release(st);
           pipe_do.consumer_release(st);
 
-          // dQ (unscaled) into the fp32 accumulator. Deterministic mode: key blocks take turns per
+          // dQ (unscaled) into the fp32 accumulator: staged in fragment order, then one bulk
+          // reduce-add of the whole tile (the L2 does the adds at line rate; per-element atomics
+          // from every thread were the bottleneck). Deterministic mode: key blocks take turns per
           // query block in increasing order, so the fp32 sums are formed in a fixed order.
-          float* dq = params.dq_accum +
-                      ((int64_t(blk.batch) * mp.heads_q + head) * mp.seqlen_q_padded + int64_t(m) * kBlockM) * kHeadDim;
-          int* sem = params.semaphore + (int64_t(blk.batch) * mp.heads_q + head) * (mp.seqlen_q_padded / kBlockM) + m;
-          if (params.deterministic) {
-            if (thread_idx == 0) {
+          static_assert(Mainloop::kdQPerThread % 4 == 0);
+          CUTE_UNROLL
+          for (int j = 0; j < Mainloop::kdQPerThread / 4; ++j) {
+            *reinterpret_cast<float4*>(ss.dq.data() + (j * Cfg::kNumMmaThreads + thread_idx) * 4) =
+                make_float4(tdQrdQ(4 * j), tdQrdQ(4 * j + 1), tdQrdQ(4 * j + 2), tdQrdQ(4 * j + 3));
+          }
+          cutlass::arch::fence_view_async_shared();  // staged dQ visible to the bulk copy (async proxy)
+          cutlass::arch::NamedBarrier::sync(Cfg::kNumMmaThreads, barrier_id(BwdBarrier::kdQReady));
+          if (thread_idx == 0) {
+            const int64_t tile = (int64_t(blk.batch) * mp.heads_q + head) * (mp.seqlen_q_padded / kBlockM) + m;
+            float* dq = params.dq_accum + tile * Mainloop::kdQElems;
+            int* sem = params.semaphore + tile;
+            if (params.deterministic) {
               while (load_acquire(sem) != blk.n_block) {
               }
             }
-            cutlass::arch::NamedBarrier::sync(Cfg::kNumMmaThreads, barrier_id(BwdBarrier::kdQOrder));
-          }
-          CUTE_UNROLL
-          for (int i = 0; i < size(tdQrdQ); i += 2) {  // accumulator columns come in adjacent pairs
-            float2* addr = reinterpret_cast<float2*>(dq + get<0>(tdQcdQ(i)) * kHeadDim + get<1>(tdQcdQ(i)));
-            atomicAdd(addr, make_float2(tdQrdQ(i), tdQrdQ(i + 1)));
-          }
-          if (params.deterministic) {
-            __threadfence();
-            cutlass::arch::NamedBarrier::sync(Cfg::kNumMmaThreads, barrier_id(BwdBarrier::kdQOrder));
-            if (thread_idx == 0) store_release(sem, blk.n_block + 1);
+            bulk_reduce_add_f32(dq, ss.dq.data(), Mainloop::kdQElems * sizeof(float));
+            tma_store_arrive();  // commit the bulk group
+            if (params.deterministic) {
+              bulk_wait_complete();  // the adds are done in global memory, not only read from smem
+              store_release(sem, blk.n_block + 1);
+            }
           }
           ++st;
           ds_buf ^= 1;
         }
       }
     }
+
+    if (thread_idx == 0) tma_store_wait<0>();  // shared memory must outlive the last bulk read
 
     // dK = scale * dS^T Q summed, dV as accumulated; keys past seqlen_k are not written.
     Tensor tdKVcdKV = thr_dkv.partition_C(make_identity_tensor(Shape<BN, HD>{}));

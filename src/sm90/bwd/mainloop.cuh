@@ -47,12 +47,22 @@ struct BwdMainloop {
   using SmemLayoutdSt = decltype(cute::tile_to_shape(cute::GMMA::Layout_K_SW128_Atom<Element>{}, cute::Shape<BN, BM, cute::_2>{}));
   using SmemLayoutdS = decltype(cute::tile_to_shape(cute::GMMA::Layout_MN_SW128_Atom<Element>{},
                                                     cute::Shape<BM, BN, cute::_2>{}, cute::Step<cute::_2, cute::_1, cute::_3>{}));
+  // One warpgroup's 64-key slice of one dS^T buffer (the slices are consecutive: atoms stack along keys).
+  using SmemLayoutdStWarpGroup = decltype(cute::tile_to_shape(cute::GMMA::Layout_K_SW128_Atom<Element>{}, cute::Shape<cute::_64, BM>{}));
+  static constexpr int kdSWarpGroupElems = 64 * kBlockM;
   using SmemLayoutRow = cute::Layout<cute::Shape<BM, ST>>;  // lse or D of one query block per stage
+  // dQ of one step on its way to the fp32 accumulator, in the order the accumulator fragments hold
+  // it: value v of consumer thread t at ((v / 4) * kNumMmaThreads + t) * 4 + v % 4, so that each
+  // warp's 16-byte stores are consecutive (conflict-free) and one bulk reduce-add moves the tile.
+  // The workspace accumulator uses the same order; the postprocess maps it back to (row, col).
+  static constexpr int kdQElems = kBlockM * kHeadDim;
+  static constexpr int kdQPerThread = kdQElems / Cfg::kNumMmaThreads;
 
   // S^T and dP^T: (keys, queries), one 64-key WGMMA atom per consumer warpgroup.
   using WarpGroupsAlongM = cute::Layout<cute::Shape<cute::Int<Cfg::kNumConsumerWG>, cute::_1, cute::_1>>;
   using AtomSdP = decltype(cute::GMMA::ss_op_selector<Element, Element, float, cute::Shape<cute::_64, BM, HD>>());
   using TiledMmaSdP = decltype(cute::make_tiled_mma(AtomSdP{}, WarpGroupsAlongM{}));
+  using MmaSdPWarpGroup = decltype(cute::make_tiled_mma(AtomSdP{}));  // same register order, one warpgroup
   // dK, dV: (keys, head_dim), K = queries; A (P^T or dS^T) from registers.
   using AtomdKV = decltype(cute::GMMA::rs_op_selector<Element, Element, float, cute::Shape<cute::_64, HD, BM>,
                                                       cute::GMMA::Major::K, cute::GMMA::Major::MN>());
@@ -90,6 +100,7 @@ struct BwdMainloop {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> dout;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutdSt>, 1024> ds;
+    cute::array_aligned<float, kdQElems, 128> dq;
     cute::array_aligned<float, cute::cosize_v<SmemLayoutRow>, 128> lse;
     cute::array_aligned<float, cute::cosize_v<SmemLayoutRow>, 128> dpsum;
     typename Pipeline::SharedStorage pipe_q;
