@@ -8,6 +8,7 @@ FwdTuning& fwd_tuning() {
   static FwdTuning t = [] {
     FwdTuning f;
     if (const char* v = std::getenv("HOPATTN_WS_SNAKE")) f.snake = std::atoi(v);
+    if (const char* v = std::getenv("HOPATTN_BWD_KEY_BLOCKS_INNER")) f.bwd_key_blocks_inner = std::atoi(v);
     return f;
   }();
   return t;
@@ -25,5 +26,10 @@ bool causal_snake_order(int64_t seqlen_q) {
 // separate O buffer (+18% at 512); up to 4k, N = 160 keeps the separate O buffer (+4% at 2k);
 // beyond, N = 176 amortises each softmax over the most keys (+1.5% at 16k).
 int d128_noncausal_key_tile(int64_t seqlen_k) { return seqlen_k <= 1024 ? 128 : seqlen_k <= 4096 ? 160 : 0; }
+
+bool bwd_causal_key_blocks_inner() {
+  const int forced = fwd_tuning().bwd_key_blocks_inner;
+  return forced < 0 ? true : forced != 0;
+}
 
 }  // namespace hopattn::heuristics

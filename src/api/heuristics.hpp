@@ -11,6 +11,7 @@ namespace hopattn::heuristics {
 // environment (HOPATTN_WS_SNAKE=0/1); bench/fa3_stages.cu sets the fields directly.
 struct FwdTuning {
   int snake = -1;
+  int bwd_key_blocks_inner = -1;  // HOPATTN_BWD_KEY_BLOCKS_INNER=0/1
 };
 FwdTuning& fwd_tuning();
 
@@ -20,5 +21,9 @@ bool causal_snake_order(int64_t seqlen_q);
 // Key tile (keys per pipeline stage) of the d128 non-causal FlashAttention-3 kernel; 0 means the
 // config's default (176).
 int d128_noncausal_key_tile(int64_t seqlen_k);
+
+// Backward, causal: whether the key blocks of one head are launched side by side (L2 locality of
+// that head's Q, dO and dQ accumulator) rather than longest-first across heads.
+bool bwd_causal_key_blocks_inner();
 
 }  // namespace hopattn::heuristics

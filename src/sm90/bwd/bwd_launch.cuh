@@ -10,6 +10,7 @@
 #include <climits>
 #include <cstdint>
 
+#include "api/heuristics.hpp"
 #include "api/problem.hpp"
 #include "sm90/bwd/kernel.cuh"
 #include "sm90/bwd/prepost.cuh"
@@ -39,6 +40,7 @@ cudaError_t launch_main(const AttnBackwardProblem& bp, const WorkspaceLayout& w,
   params.scale = p.scale;
   params.n_blocks = int((p.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN);
   params.deterministic = bp.deterministic;
+  params.key_blocks_inner = !kCausal || heuristics::bwd_causal_key_blocks_inner();
   const int64_t grid = int64_t(params.n_blocks) * p.heads_kv * p.batch;
   if (grid > INT_MAX) return cudaErrorInvalidConfiguration;
   if (cudaError_t e = set_max_dynamic_smem_once<&bwd_kernel<Cfg>>(K::kSmemBytes); e != cudaSuccess) return e;

@@ -33,24 +33,25 @@ struct BwdKernel {
     float scale;
     int n_blocks;
     bool deterministic;
+    bool key_blocks_inner;
   };
 
   struct Block {
     int n_block, kv_head, batch;
   };
-  // Causal: key block 0 sees the most query blocks, so it goes first across all heads (longest
-  // first fills the tail); otherwise the key blocks of one head run side by side, sharing its
-  // Q and dO through L2.
+  // key_blocks_inner: the key blocks of one (batch, kv head) run side by side, sharing that head's
+  // Q, dO and dQ accumulator through L2. Otherwise (causal only) key block 0, which sees the most
+  // query blocks, goes first across all heads: longest first, but every resident CTA streams a
+  // different head's Q and dO.
   __device__ static Block block(const Params& p) {
     const int idx = int(blockIdx.x);
     const int heads_kv = p.mainloop.heads_kv;
-    if constexpr (Cfg::kCausal) {
+    if (!p.key_blocks_inner) {
       const int per_n = heads_kv * p.mainloop.batch;
       return {idx / per_n, idx % heads_kv, (idx % per_n) / heads_kv};
-    } else {
-      const int rest = idx / p.n_blocks;
-      return {idx % p.n_blocks, rest % heads_kv, rest / heads_kv};
     }
+    const int rest = idx / p.n_blocks;
+    return {idx % p.n_blocks, rest % heads_kv, rest / heads_kv};
   }
 };
 
