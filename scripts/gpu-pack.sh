@@ -14,7 +14,7 @@ for exe in tests/hopattn_gpu_tests tests/hopattn_cpu_tests hopattn-bench hopattn
   cp "$build/$exe" "$pack/bin/"
 done
 strip --strip-unneeded "$pack"/bin/* 2>/dev/null || true
-cp -r "$root/python" "$root/bench" "$root/pyproject.toml" "$pack/"
+cp -r "$root/python" "$root/bench" "$root/include" "$root/pyproject.toml" "$pack/"
 mkdir -p "$pack/tests" && cp -r "$root/tests/python" "$pack/tests/"
 git -C "$root" rev-parse --short HEAD > "$pack/COMMIT" 2>/dev/null || echo unknown > "$pack/COMMIT"
 git -C "$root" diff --quiet 2>/dev/null || sed -i 's/$/-dirty/' "$pack/COMMIT"
