@@ -95,7 +95,8 @@ cudaError_t run_bwd(const AttnBackwardProblem& bp, void* workspace, cudaStream_t
                              : bwd::launch_main<kDType, kHeadDim, false>(bp, w, ws_bytes, stream);
     if (e != cudaSuccess) return e;
     using DqMainloop = bwd::BwdMainloop<bwd::BwdConfig<kDType, kHeadDim, false>>;  // dQ's fragment order
-    const int64_t tiles = p.batch * p.heads_q * w.m_blocks;
+    pp.m_blocks = int(w.seqlen_q_padded / DqMainloop::kBlockM);  // the postprocess's query blocks
+    const int64_t tiles = p.batch * p.heads_q * pp.m_blocks;
     if (tiles > INT_MAX) return cudaErrorInvalidConfiguration;
     bwd::bwd_postprocess_kernel<DqMainloop><<<unsigned(tiles), DqMainloop::kdQElems / DqMainloop::kdQPerThread, 0, stream>>>(pp);
     return cudaGetLastError();

@@ -22,9 +22,12 @@ struct BwdConfig {
   using Element = typename ws::ElementOf<kDType>::type;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr bool kCausal = kCausal_;
-  // Queries per step: the N of the S^T / dP^T GEMMs and the K of the dK / dV GEMMs. 64 keeps the
-  // transposed scores (32 fp32 per thread each) beside dK and dV (2 x head_dim/2 per thread).
-  static constexpr int kBlockM = int(kQueryBlock);
+  // Queries per step: the N of the S^T / dP^T GEMMs and the K of the dK / dV GEMMs. d128: 64 keeps
+  // the transposed scores (32 fp32 per thread each) beside dK and dV (2 x 64 per thread). d64: dK
+  // and dV take only 2 x 32, so 128 queries (S^T, dP^T 64 each) fit and halve the per-step
+  // overheads (barriers, dQ staging) per FLOP.
+  static constexpr int kBlockM = kHeadDim == 64 ? 128 : 64;
+  static_assert(kRowPadding % kBlockM == 0 && kBlockM % kQueryBlock == 0);
   // Keys per CTA: one 64-row WGMMA slice per consumer warpgroup.
   static constexpr int kBlockN = 128;
   static constexpr int kStages = 2;  // Q (+ lse) and dO (+ D) double-buffered

@@ -164,7 +164,6 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
     const typename K::Block blk = K::block(params);
     const auto range = Mainloop::query_range(mp, blk.n_block);
     const int thread_idx = threadIdx.x - 128;
-    const int wg = thread_idx / 128;
 
     typename Mainloop::TiledMmaSdP mma_sdp;
     typename Mainloop::TiledMmadKV mma_dkv;
@@ -262,11 +261,11 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
           // bulk reduce has finished reading the dQ staging buffer, which is rewritten below.
           {
             Tensor tdSrdS_acc = make_tensor(tdSrdS.data(), tdPrdP.layout());
-            Tensor sdS_wg = make_tensor(make_smem_ptr(ss.ds.data() + ds_buf * (kBlockN * kBlockM) + wg * Mainloop::kdSWarpGroupElems),
-                                        typename Mainloop::SmemLayoutdStWarpGroup{});
-            auto smem_copy = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, typename Mainloop::MmaSdPWarpGroup{});
-            auto thr_copy = smem_copy.get_thread_slice(thread_idx % 128);
-            copy(smem_copy, thr_copy.retile_S(tdSrdS_acc), thr_copy.partition_D(sdS_wg));
+            Tensor sdSt_buf = make_tensor(make_smem_ptr(ss.ds.data() + ds_buf * (kBlockN * kBlockM)),
+                                          take<0, 2>(typename Mainloop::SmemLayoutdSt{}));
+            auto smem_copy = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, mma_sdp);
+            auto thr_copy = smem_copy.get_thread_slice(thread_idx);
+            copy(smem_copy, thr_copy.retile_S(tdSrdS_acc), thr_copy.partition_D(sdSt_buf));
           }
           if (thread_idx == 0) tma_store_wait<0>();
           cutlass::arch::fence_view_async_shared();  // generic-proxy stores -> WGMMA (async proxy)

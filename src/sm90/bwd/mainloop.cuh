@@ -47,9 +47,6 @@ struct BwdMainloop {
   using SmemLayoutdSt = decltype(cute::tile_to_shape(cute::GMMA::Layout_K_SW128_Atom<Element>{}, cute::Shape<BN, BM, cute::_2>{}));
   using SmemLayoutdS = decltype(cute::tile_to_shape(cute::GMMA::Layout_MN_SW128_Atom<Element>{},
                                                     cute::Shape<BM, BN, cute::_2>{}, cute::Step<cute::_2, cute::_1, cute::_3>{}));
-  // One warpgroup's 64-key slice of one dS^T buffer (the slices are consecutive: atoms stack along keys).
-  using SmemLayoutdStWarpGroup = decltype(cute::tile_to_shape(cute::GMMA::Layout_K_SW128_Atom<Element>{}, cute::Shape<cute::_64, BM>{}));
-  static constexpr int kdSWarpGroupElems = 64 * kBlockM;
   using SmemLayoutRow = cute::Layout<cute::Shape<BM, ST>>;  // lse or D of one query block per stage
   // dQ of one step on its way to the fp32 accumulator, in the order the accumulator fragments hold
   // it: value v of consumer thread t at ((v / 4) * kNumMmaThreads + t) * 4 + v % 4, so that each
@@ -62,7 +59,6 @@ struct BwdMainloop {
   using WarpGroupsAlongM = cute::Layout<cute::Shape<cute::Int<Cfg::kNumConsumerWG>, cute::_1, cute::_1>>;
   using AtomSdP = decltype(cute::GMMA::ss_op_selector<Element, Element, float, cute::Shape<cute::_64, BM, HD>>());
   using TiledMmaSdP = decltype(cute::make_tiled_mma(AtomSdP{}, WarpGroupsAlongM{}));
-  using MmaSdPWarpGroup = decltype(cute::make_tiled_mma(AtomSdP{}));  // same register order, one warpgroup
   // dK, dV: (keys, head_dim), K = queries; A (P^T or dS^T) from registers.
   using AtomdKV = decltype(cute::GMMA::rs_op_selector<Element, Element, float, cute::Shape<cute::_64, HD, BM>,
                                                       cute::GMMA::Major::K, cute::GMMA::Major::MN>());

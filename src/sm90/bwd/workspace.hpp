@@ -10,11 +10,14 @@
 
 namespace hopattn::sm90::bwd {
 
-// Query rows per step of the main kernel's loop, and the padding unit of every per-row array.
+// Query rows per step of the main kernel's loop are 64 or 128 (BwdConfig::kBlockM); every per-row
+// array is padded to kRowPadding, a multiple of both, and there is one semaphore per kQueryBlock
+// (the smaller) rows, enough for either.
 inline constexpr int64_t kQueryBlock = 64;
+inline constexpr int64_t kRowPadding = 128;
 
 struct WorkspaceLayout {
-  int64_t seqlen_q_padded = 0;  // seqlen_q rounded up to kQueryBlock
+  int64_t seqlen_q_padded = 0;  // seqlen_q rounded up to kRowPadding
   int64_t m_blocks = 0;         // seqlen_q_padded / kQueryBlock
   // Byte offsets into the workspace (each 256-byte aligned) and the total.
   std::size_t lse_log2 = 0;   // float (batch, heads_q, seqlen_q_padded): lse * log2(e); +inf for pad rows and rows with no key
@@ -28,7 +31,7 @@ inline std::size_t align256(std::size_t x) { return (x + 255) / 256 * 256; }
 
 inline WorkspaceLayout workspace_layout(const AttnProblem& p) {
   WorkspaceLayout w;
-  w.seqlen_q_padded = (p.seqlen_q + kQueryBlock - 1) / kQueryBlock * kQueryBlock;
+  w.seqlen_q_padded = (p.seqlen_q + kRowPadding - 1) / kRowPadding * kRowPadding;
   w.m_blocks = w.seqlen_q_padded / kQueryBlock;
   const std::size_t rows = std::size_t(p.batch) * std::size_t(p.heads_q) * std::size_t(w.seqlen_q_padded);
   std::size_t off = 0;
