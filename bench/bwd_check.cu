@@ -28,14 +28,8 @@ struct Case {
   bool deterministic = false;
 };
 
-struct Run {
-  AttnBackwardProblem bp;
-  tools::DeviceBuffer *q, *k, *v, *o, *lse, *dout, *dq, *dk, *dv, *ws;
-};
-
-// Builds the problem on device buffers and runs forward (for out, lse).
-AttnBackwardProblem make_problem(const Case& c, DType t, void* q, void* k, void* v, void* o, void* lse, void* dout,
-                                 void* dq, void* dk, void* dv) {
+// Contiguous (batch, seq, heads, head_dim) views of the case's buffers.
+ForwardArgs forward_args(const Case& c, DType t, void* q, void* k, void* v, void* o, void* lse) {
   ForwardArgs a;
   a.q = make_tensor(q, t, c.b, c.sq, c.hq, c.d);
   a.k = make_tensor(k, t, c.b, c.sk, c.hkv, c.d);
@@ -43,6 +37,13 @@ AttnBackwardProblem make_problem(const Case& c, DType t, void* q, void* k, void*
   a.out = make_tensor(o, t, c.b, c.sq, c.hq, c.d);
   a.lse = make_tensor(lse, DType::kFP32, c.b, c.hq, c.sq);
   a.causal = c.causal;
+  return a;
+}
+
+// The validated backward problem over the case's device buffers (out and lse come from forward).
+AttnBackwardProblem make_problem(const Case& c, DType t, void* q, void* k, void* v, void* o, void* lse, void* dout,
+                                 void* dq, void* dk, void* dv) {
+  const ForwardArgs a = forward_args(c, t, q, k, v, o, lse);
   AttnBackwardProblem bp;
   Result r = validate_forward(a, Backend::kSm90, &bp.fwd);
   if (!r.ok()) {
@@ -78,13 +79,7 @@ bool check_case(const Case& c, DType t, uint64_t seed) {
   up(q, hq, t), up(k, hk, t), up(v, hv, t), up(dout, hdo, t);
   for (auto* g : {&dq, &dk, &dv}) TOOL_CUDA_CHECK(cudaMemset(g->ptr, 0xFF, g->bytes));
   AttnBackwardProblem bp = make_problem(c, t, q.ptr, k.ptr, v.ptr, o.ptr, lse.ptr, dout.ptr, dq.ptr, dk.ptr, dv.ptr);
-  ForwardArgs fa;
-  fa.q = make_tensor(q.ptr, t, c.b, c.sq, c.hq, c.d);
-  fa.k = make_tensor(k.ptr, t, c.b, c.sk, c.hkv, c.d);
-  fa.v = make_tensor(v.ptr, t, c.b, c.sk, c.hkv, c.d);
-  fa.out = make_tensor(o.ptr, t, c.b, c.sq, c.hq, c.d);
-  fa.lse = make_tensor(lse.ptr, DType::kFP32, c.b, c.hq, c.sq);
-  fa.causal = c.causal;
+  const ForwardArgs fa = forward_args(c, t, q.ptr, k.ptr, v.ptr, o.ptr, lse.ptr);
   Result r = forward(fa);
   if (!r.ok()) {
     std::printf("forward failed: %s\n", r.message.c_str());
@@ -130,13 +125,7 @@ double time_case(const Case& c, DType t, int iters) {
   tools::fill_random(q.ptr, t, nq, 1), tools::fill_random(k.ptr, t, nk, 2), tools::fill_random(v.ptr, t, nk, 3);
   tools::fill_random(dout.ptr, t, nq, 4);
   AttnBackwardProblem bp = make_problem(c, t, q.ptr, k.ptr, v.ptr, o.ptr, lse.ptr, dout.ptr, dq.ptr, dk.ptr, dv.ptr);
-  ForwardArgs fa;
-  fa.q = make_tensor(q.ptr, t, c.b, c.sq, c.hq, c.d);
-  fa.k = make_tensor(k.ptr, t, c.b, c.sk, c.hkv, c.d);
-  fa.v = make_tensor(v.ptr, t, c.b, c.sk, c.hkv, c.d);
-  fa.out = make_tensor(o.ptr, t, c.b, c.sq, c.hq, c.d);
-  fa.lse = make_tensor(lse.ptr, DType::kFP32, c.b, c.hq, c.sq);
-  fa.causal = c.causal;
+  const ForwardArgs fa = forward_args(c, t, q.ptr, k.ptr, v.ptr, o.ptr, lse.ptr);
   if (!forward(fa).ok()) return -1;
   tools::DeviceBuffer ws(sm90::bwd::workspace_bytes(bp.fwd));
   const BwdKernelEntry* e = find_backward_kernel(t, c.d);

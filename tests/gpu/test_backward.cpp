@@ -768,49 +768,45 @@ size_t count_nonzero(const std::vector<uint8_t>& bytes, DType t) {
   return n;
 }
 
-// seqlen_q == 0: no query row, so nothing flows into K or V: dk = dv = 0 (poisoned first).
-TEST(BackwardZeroLength, SeqlenQZeroGivesZeroDkDv) {
-  if (!has_sm90()) GTEST_SKIP() << "no sm_90 device";
+// Runs forward then backward on one zero-length case (gradients poisoned first) for every built
+// (dtype, head_dim), causal and not, and hands the gradients to `check`.
+template <class Check>
+void for_each_zero_length_case(int64_t seqlen_q, int64_t seqlen_k, uint64_t seed, const Check& check) {
   const auto built = built_kernels();
   if (built.empty()) GTEST_SKIP() << "not built: " << build_instantiations();
   for (const auto& [t, d] : built)
     for (bool causal : {false, true}) {
-      const BwdCase c{t, d, causal, 0, 100, 8, 2, 2};
+      const BwdCase c{t, d, causal, seqlen_q, seqlen_k, 8, 2, 2};
       const std::string name = case_name(c);
       Views w = make_views(c);
-      upload_inputs(w, make_inputs(c, 7), t);
+      upload_inputs(w, make_inputs(c, seed), t);
       const Result fr = run_forward(w, c);
       ASSERT_TRUE(fr.ok()) << name << ": forward: " << fr.message;
       DeviceBuffer ws;
       Grads g;
       const Result r = run_backward(w, backward_args(w, c), &ws, &g);
       ASSERT_TRUE(r.ok()) << name << ": backward: " << r.message;
-      ASSERT_EQ(g.dk.size(), static_cast<size_t>(2 * 100 * 2 * d) * dtype_size(t));
-      EXPECT_EQ(count_nonzero(g.dk, t), 0u) << name << ": dk not all zero";
-      EXPECT_EQ(count_nonzero(g.dv, t), 0u) << name << ": dv not all zero";
+      check(name, t, d, g);
     }
+}
+
+// seqlen_q == 0: no query row, so nothing flows into K or V: dk = dv = 0 (poisoned first).
+TEST(BackwardZeroLength, SeqlenQZeroGivesZeroDkDv) {
+  if (!has_sm90()) GTEST_SKIP() << "no sm_90 device";
+  for_each_zero_length_case(0, 100, 7, [](const std::string& name, DType t, int d, const Grads& g) {
+    ASSERT_EQ(g.dk.size(), static_cast<size_t>(2 * 100 * 2 * d) * dtype_size(t));
+    EXPECT_EQ(count_nonzero(g.dk, t), 0u) << name << ": dk not all zero";
+    EXPECT_EQ(count_nonzero(g.dv, t), 0u) << name << ": dv not all zero";
+  });
 }
 
 // seqlen_k == 0: every row sees no key (out = 0, lse = -inf): dq = 0 (poisoned first).
 TEST(BackwardZeroLength, SeqlenKZeroGivesZeroDq) {
   if (!has_sm90()) GTEST_SKIP() << "no sm_90 device";
-  const auto built = built_kernels();
-  if (built.empty()) GTEST_SKIP() << "not built: " << build_instantiations();
-  for (const auto& [t, d] : built)
-    for (bool causal : {false, true}) {
-      const BwdCase c{t, d, causal, 100, 0, 8, 2, 2};
-      const std::string name = case_name(c);
-      Views w = make_views(c);
-      upload_inputs(w, make_inputs(c, 8), t);
-      const Result fr = run_forward(w, c);
-      ASSERT_TRUE(fr.ok()) << name << ": forward: " << fr.message;
-      DeviceBuffer ws;
-      Grads g;
-      const Result r = run_backward(w, backward_args(w, c), &ws, &g);
-      ASSERT_TRUE(r.ok()) << name << ": backward: " << r.message;
-      ASSERT_EQ(g.dq.size(), static_cast<size_t>(2 * 100 * 8 * d) * dtype_size(t));
-      EXPECT_EQ(count_nonzero(g.dq, t), 0u) << name << ": dq not all zero";
-    }
+  for_each_zero_length_case(100, 0, 8, [](const std::string& name, DType t, int d, const Grads& g) {
+    ASSERT_EQ(g.dq.size(), static_cast<size_t>(2 * 100 * 8 * d) * dtype_size(t));
+    EXPECT_EQ(count_nonzero(g.dq, t), 0u) << name << ": dq not all zero";
+  });
 }
 
 }  // namespace
