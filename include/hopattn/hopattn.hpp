@@ -24,6 +24,7 @@ enum class DType : int {
   kBF16 = 0,
   kFP16 = 1,
   kFP32 = 2,  // accepted by the CPU reference only (numpy has no bf16)
+  kInt32 = 3,  // index tensors only (cu_seqlens, seqused); never a q/k/v/out/lse dtype
 };
 
 const char* dtype_name(DType t);
@@ -109,5 +110,34 @@ Result check_device();
 // Head dims and dtypes compiled into this build, e.g. "fwd:bf16:64,fwd:bf16:128,...".
 const char* build_instantiations();
 const char* version();
+
+// ---- variable-length batches (issue 6) ---------------------------------------------------------
+// Sequences of different lengths packed along the token dim, as in FlashAttention-3's varlen API.
+// Sequence b's queries are rows cu_seqlens_q[b] .. cu_seqlens_q[b+1) of q (only the first
+// seqused_q[b] of them when seqused_q is given); its keys/values likewise from cu_seqlens_k and
+// seqused_k. Causal is bottom-right aligned per sequence: query i of sequence b sees key j iff
+// j <= i + len_k(b) - len_q(b). Rows beyond seqused_q, and rows that see no key, get out = 0 and
+// lse = -inf; rows of q beyond cu_seqlens_q[batch] are not written. Zero-length sequences are fine.
+struct VarlenForwardArgs {
+  TensorRef q;    // (total_q, heads_q, head_dim)
+  TensorRef k;    // (total_k, heads_kv, head_dim); heads_q % heads_kv == 0 (GQA/MQA)
+  TensorRef v;    // (total_k, heads_kv, head_dim)
+  TensorRef out;  // (total_q, heads_q, head_dim), same dtype as q
+  TensorRef lse;  // (heads_q, total_q) fp32, contiguous; optional (leave lse.data null)
+  // int32, 1-dim, (batch + 1) each: prefix sums of the sequence lengths, starting at 0.
+  TensorRef cu_seqlens_q, cu_seqlens_k;
+  int64_t max_seqlen_q = 0, max_seqlen_k = 0;  // upper bounds of the per-sequence lengths
+  // Optional int32, 1-dim, (batch): use only the first seqused[b] tokens of sequence b.
+  TensorRef seqused_q, seqused_k;
+  bool causal = false;
+  std::optional<float> softmax_scale;  // default 1/sqrt(head_dim); must be finite and > 0
+};
+
+// The CPU reference of the varlen forward pass: host memory (the index tensors too), double
+// accumulation, any dtype forward_cpu takes. It reads cu_seqlens/seqused and checks their values
+// (starts at 0, non-decreasing, within the token counts and max_seqlen, seqused in range). The GPU
+// entry point comes with the varlen kernel; there those value checks need a device-to-host copy and
+// will live in a debug-checks mode.
+Result forward_varlen_cpu(const VarlenForwardArgs& args);
 
 }  // namespace hopattn

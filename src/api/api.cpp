@@ -24,11 +24,12 @@ const char* dtype_name(DType t) {
     case DType::kBF16: return "bf16";
     case DType::kFP16: return "fp16";
     case DType::kFP32: return "fp32";
+    case DType::kInt32: return "int32";
   }
   return "unknown";
 }
 
-std::size_t dtype_size(DType t) { return t == DType::kFP32 ? 4 : 2; }
+std::size_t dtype_size(DType t) { return t == DType::kFP32 || t == DType::kInt32 ? 4 : 2; }
 
 TensorRef make_tensor(void* data, DType dtype, int64_t d0, int64_t d1, int64_t d2, int64_t d3) {
   TensorRef t;
@@ -168,6 +169,16 @@ Result backward_cpu(const BackwardArgs& args) {
   // The reference writes every element of dq, dk and dv, including the empty-sequence cases:
   // seqlen_q == 0 gives dk = dv = 0, seqlen_k == 0 gives dq = 0.
   reference::backward_cpu(p);
+  return {};
+}
+
+// ---- varlen ------------------------------------------------------------------------------------
+
+Result forward_varlen_cpu(const VarlenForwardArgs& args) {
+  VarlenProblem p;
+  if (Result r = validate_forward_varlen(args, Backend::kCpu, &p); !r.ok()) return r;
+  if (p.empty()) return {};
+  reference::forward_varlen_cpu(p);
   return {};
 }
 

@@ -57,11 +57,61 @@ struct AttnBackwardProblem {
 
 enum class Backend { kSm90, kCudaReference, kCpu };
 
+// A tensor the caller left out (an optional argument): no data and no shape (ndim 0, or every size 0).
+inline bool tensor_absent(const TensorRef& t) {
+  if (t.data != nullptr) return false;
+  if (t.ndim == 0) return true;
+  for (int i = 0; i < 4; ++i)
+    if (t.sizes[i] != 0) return false;
+  return true;
+}
+
 // Checks every argument; on success fills *problem. Messages name the argument ("q.sizes[3]").
 Result validate_forward(const ForwardArgs& args, Backend backend, AttnProblem* problem);
 
 // The same for backward (backend kSm90 or kCpu): q/k/v/out checked as in validate_forward, then
 // dout like out, dq/dk/dv like q/k/v, lse required for kSm90 (optional for kCpu).
 Result validate_backward(const BackwardArgs& args, Backend backend, AttnBackwardProblem* problem);
+
+// The validated varlen forward problem (VarlenForwardArgs): packed (total, heads, head_dim) q/k/v/out
+// with (token, head) strides and a contiguous head_dim; lse (heads_q, total_q) contiguous or null;
+// the int32 index arrays as raw pointers (host memory for the CPU reference, device memory for the
+// kernel to come). Sequence b is rows cu_seqlens_q[b] .. cu_seqlens_q[b+1) of q (the first
+// seqused_q[b] of them when seqused_q is non-null), keys likewise.
+struct VarlenProblem {
+  int64_t batch = 0, total_q = 0, total_k = 0, heads_q = 0, heads_kv = 0, head_dim = 0;
+  int64_t max_seqlen_q = 0, max_seqlen_k = 0;
+  DType dtype = DType::kBF16;
+  bool causal = false;
+  float scale = 1.f;
+
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  void* out = nullptr;
+  float* lse = nullptr;  // (heads_q, total_q) contiguous, or null
+
+  // Strides of dims (token, head); the head_dim stride is 1.
+  int64_t q_stride[2] = {0, 0};
+  int64_t k_stride[2] = {0, 0};
+  int64_t v_stride[2] = {0, 0};
+  int64_t o_stride[2] = {0, 0};
+
+  const int32_t* cu_seqlens_q = nullptr;  // (batch + 1)
+  const int32_t* cu_seqlens_k = nullptr;  // (batch + 1)
+  const int32_t* seqused_q = nullptr;     // (batch), or null
+  const int32_t* seqused_k = nullptr;     // (batch), or null
+
+  HOPATTN_HOST_DEVICE int64_t group() const { return heads_q / heads_kv; }
+  HOPATTN_HOST_DEVICE bool empty() const { return batch == 0 || heads_q == 0; }
+};
+
+// Checks every varlen argument; on success fills *problem. Shapes, dtypes, strides and the index
+// tensors' form are checked for any backend. The values of cu_seqlens/seqused (cu_seqlens[0] == 0,
+// non-decreasing, last value <= total tokens, every length <= max_seqlen, seqused[b] in
+// [0, length]) are checked only for Backend::kCpu, where they are host memory; on the GPU reading
+// them needs a device-to-host copy, so those checks will live in a debug-checks mode there.
+// Messages name the argument and index ("cu_seqlens_q[3]=10 is less than cu_seqlens_q[2]=12 ...").
+Result validate_forward_varlen(const VarlenForwardArgs& args, Backend backend, VarlenProblem* problem);
 
 }  // namespace hopattn

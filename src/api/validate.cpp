@@ -64,6 +64,7 @@ bool dtype_allowed(DType t, Backend backend) {
     case DType::kBF16:
     case DType::kFP16: return true;
     case DType::kFP32: return backend == Backend::kCpu;
+    case DType::kInt32: return false;  // index tensors only (cu_seqlens, seqused)
   }
   return false;
 }
@@ -89,15 +90,6 @@ Result check_lse(const TensorRef& lse, int64_t b, int64_t h, int64_t s) {
   return {};
 }
 
-// A tensor the caller left out: no data and no shape (ndim 0, or every size 0).
-bool absent(const TensorRef& t) {
-  if (t.data != nullptr) return false;
-  if (t.ndim == 0) return true;
-  for (int i = 0; i < 4; ++i)
-    if (t.sizes[i] != 0) return false;
-  return true;
-}
-
 // A gradient-side tensor (dout, dq, dk, dv): q's dtype, the forward's tensor rules, and the sizes of
 // `like` (the tensor it mirrors, named `like_name` in messages).
 Result check_like(const char* name, const TensorRef& t, const char* like_name, const TensorRef& like,
@@ -120,9 +112,10 @@ Result validate_forward(const ForwardArgs& a, Backend backend, AttnProblem* p) {
       {"q", &a.q}, {"k", &a.k}, {"v", &a.v}, {"out", &a.out}};
   for (const auto& [name, t] : tensors) {
     if (!dtype_allowed(t->dtype, backend))
-      return fail(backend == Backend::kCpu ? Status::kInvalidArgument : Status::kUnsupported,
+      return fail(backend == Backend::kCpu || t->dtype == DType::kInt32 ? Status::kInvalidArgument : Status::kUnsupported,
                   cat(name, ": dtype ", dtype_name(t->dtype), " is not supported by this backend (",
-                      backend == Backend::kCpu ? "bf16, fp16, fp32" : "bf16, fp16", ")"));
+                      backend == Backend::kCpu ? "bf16, fp16, fp32" : "bf16, fp16", ")",
+                      t->dtype == DType::kInt32 ? "; int32 is for index tensors (cu_seqlens, seqused) only" : ""));
   }
   for (const auto& [name, t] : tensors)
     if (t->dtype != a.q.dtype)
@@ -188,7 +181,7 @@ Result validate_backward(const BackwardArgs& a, Backend backend, AttnBackwardPro
   f.softmax_scale = a.softmax_scale;
   if (backend == Backend::kSm90 && a.out.data == nullptr && a.out.ndim == 0)
     return fail(Status::kInvalidArgument, "out: required by backward on the GPU (the forward output); out.data is null");
-  const bool no_out = backend == Backend::kCpu && absent(a.out);
+  const bool no_out = backend == Backend::kCpu && tensor_absent(a.out);
   if (no_out) f.out = a.q;
   AttnProblem fwd;
   if (Result r = validate_forward(f, backend, &fwd); !r.ok()) return r;

@@ -113,8 +113,9 @@ double row_scores(const std::vector<double>& q, const std::vector<double>& k, in
 }
 
 // One (batch, kv head): converts that head's K and V to double once, then runs every query head of
-// the GQA group against them.
-void attend_kv_head(const AttnProblem& p, int64_t b, int64_t kv_head) {
+// the GQA group against them. The lse of row (b, h, i) is p.lse[(b * heads_q + h) * lse_head_stride + i]:
+// lse_head_stride is seqlen_q for the (batch, heads_q, seqlen_q) layout, total_q for varlen's.
+void attend_kv_head(const AttnProblem& p, int64_t b, int64_t kv_head, int64_t lse_head_stride) {
   const int64_t sk = p.seqlen_k, d = p.head_dim;
   std::vector<double> k, v;
   load_kv_head(p, b, kv_head, k, v);
@@ -126,7 +127,7 @@ void attend_kv_head(const AttnProblem& p, int64_t b, int64_t kv_head) {
       const int64_t visible = p.causal ? std::clamp<int64_t>(i + sk - p.seqlen_q + 1, 0, sk) : sk;
       const int64_t q_row = b * p.q_stride[0] + i * p.q_stride[1] + h * p.q_stride[2];
       const int64_t o_row = b * p.o_stride[0] + i * p.o_stride[1] + h * p.o_stride[2];
-      float* lse = p.lse ? p.lse + (b * p.heads_q + h) * p.seqlen_q + i : nullptr;
+      float* lse = p.lse ? p.lse + (b * p.heads_q + h) * lse_head_stride + i : nullptr;
       if (visible == 0) {  // no key: define the row as 0 with lse -inf rather than 0/0
         for (int64_t c = 0; c < d; ++c) store_element(p.out, o_row + c, p.dtype, 0.0);
         if (lse) *lse = -std::numeric_limits<float>::infinity();
@@ -228,7 +229,54 @@ void backward_cpu(const AttnBackwardProblem& p) {
 void forward_cpu(const AttnProblem& p) {
   if (p.empty()) return;
   // Work items are (batch, kv head) pairs; they write disjoint rows of out and lse.
-  for_each_kv_head(p.batch, p.heads_kv, [&](int64_t b, int64_t h) { attend_kv_head(p, b, h); });
+  for_each_kv_head(p.batch, p.heads_kv, [&](int64_t b, int64_t h) { attend_kv_head(p, b, h, p.seqlen_q); });
+}
+
+void forward_varlen_cpu(const VarlenProblem& p) {
+  if (p.empty()) return;
+  const int64_t elem = static_cast<int64_t>(dtype_size(p.dtype));
+  // Work items are (sequence, kv head) pairs; they write disjoint rows of out and lse. Each runs the
+  // fixed-length code on a batch-1 view of its sequence: rows start at cu_seqlens[b], the token
+  // stride becomes the seq stride, and the lengths (seqused when given) set the causal alignment.
+  for_each_kv_head(p.batch, p.heads_kv, [&](int64_t b, int64_t kv_head) {
+    const int64_t start_q = p.cu_seqlens_q[b], len_q = p.cu_seqlens_q[b + 1] - start_q;
+    const int64_t start_k = p.cu_seqlens_k[b], len_k = p.cu_seqlens_k[b + 1] - start_k;
+    const int64_t used_q = p.seqused_q ? p.seqused_q[b] : len_q;
+    const int64_t used_k = p.seqused_k ? p.seqused_k[b] : len_k;
+    AttnProblem s;
+    s.batch = 1;
+    s.seqlen_q = used_q;
+    s.seqlen_k = used_k;
+    s.heads_q = p.heads_q;
+    s.heads_kv = p.heads_kv;
+    s.head_dim = p.head_dim;
+    s.dtype = p.dtype;
+    s.causal = p.causal;
+    s.scale = p.scale;
+    s.q = static_cast<const uint8_t*>(p.q) + start_q * p.q_stride[0] * elem;
+    s.k = static_cast<const uint8_t*>(p.k) + start_k * p.k_stride[0] * elem;
+    s.v = static_cast<const uint8_t*>(p.v) + start_k * p.v_stride[0] * elem;
+    s.out = static_cast<uint8_t*>(p.out) + start_q * p.o_stride[0] * elem;
+    s.lse = p.lse ? p.lse + start_q : nullptr;
+    // (token, head) strides become (batch, seq, head) ones; batch 1 never uses its batch stride.
+    const auto set_strides = [](int64_t dst[3], const int64_t src[2]) {
+      dst[0] = 0;
+      dst[1] = src[0];
+      dst[2] = src[1];
+    };
+    set_strides(s.q_stride, p.q_stride);
+    set_strides(s.k_stride, p.k_stride);
+    set_strides(s.v_stride, p.v_stride);
+    set_strides(s.o_stride, p.o_stride);
+    attend_kv_head(s, 0, kv_head, p.total_q);
+    // Rows of the sequence beyond seqused_q: out = 0, lse = -inf (as rows that see no key).
+    for (int64_t h = kv_head * p.group(); h < (kv_head + 1) * p.group(); ++h)
+      for (int64_t i = used_q; i < len_q; ++i) {
+        const int64_t o_row = (start_q + i) * p.o_stride[0] + h * p.o_stride[1];
+        for (int64_t c = 0; c < p.head_dim; ++c) store_element(p.out, o_row + c, p.dtype, 0.0);
+        if (p.lse) p.lse[h * p.total_q + start_q + i] = -std::numeric_limits<float>::infinity();
+      }
+  });
 }
 
 }  // namespace hopattn::reference

@@ -12,6 +12,11 @@ namespace hopattn::reference {
 // (out = 0, lse = -inf), seqlen_k == 0.
 void forward_cpu(const AttnProblem& p);
 
+// Host memory, the index arrays too. Each sequence runs through forward_cpu's per-head code on its
+// (seqused-limited) rows, causal bottom-right aligned per sequence; rows of a sequence beyond
+// seqused_q get out = 0 and lse = -inf; rows past cu_seqlens_q[batch] are not touched.
+void forward_varlen_cpu(const VarlenProblem& p);
+
 // Device memory, bf16/fp16, head_dim <= kMaxReferenceHeadDim. Asynchronous on `stream`.
 cudaError_t forward_cuda(const AttnProblem& p, cudaStream_t stream);
 

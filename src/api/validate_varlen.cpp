@@ -1,0 +1,207 @@
+// Argument validation for the variable-length forward pass: VarlenForwardArgs into a VarlenProblem,
+// or a Result whose message names the offending argument (and index). Pure host code.
+//
+// Two kinds of checks. Shapes, dtypes, strides and the form of the int32 index tensors are checked
+// for every backend. The index values (cu_seqlens starts at 0, is non-decreasing, ends within the
+// packed tokens; lengths <= max_seqlen; seqused within its sequence) are read only for Backend::kCpu,
+// whose index tensors are host memory. On the GPU, reading them would cost a device-to-host copy on
+// the hot path, so there they will live in a debug-checks mode (issue 6) that reuses
+// check_varlen_values below on a host copy.
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <sstream>
+#include <string>
+
+#include "api/instantiations.hpp"
+#include "api/problem.hpp"
+
+namespace hopattn {
+namespace {
+
+Result fail(const std::string& msg) { return Result{Status::kInvalidArgument, msg}; }
+
+template <typename... Ts>
+std::string cat(const Ts&... parts) {
+  std::ostringstream os;
+  (os << ... << parts);
+  return os.str();
+}
+
+bool data_dtype_allowed(DType t, Backend backend) {
+  switch (t) {
+    case DType::kBF16:
+    case DType::kFP16: return true;
+    case DType::kFP32: return backend == Backend::kCpu;
+    case DType::kInt32: return false;
+  }
+  return false;
+}
+
+// One packed q/k/v/out tensor: (total, heads, head_dim), contiguous head_dim.
+Result check_packed(const char* name, const TensorRef& t, Backend backend) {
+  if (t.ndim != 3)
+    return fail(cat(name, ": expected 3 dims (total_tokens, heads, head_dim), got ndim=", t.ndim));
+  for (int i = 0; i < 3; ++i) {
+    if (t.sizes[i] < 0) return fail(cat(name, ".sizes[", i, "] is negative (", t.sizes[i], ")"));
+    if (t.strides[i] < 0) return fail(cat(name, ".strides[", i, "] is negative (", t.strides[i], ")"));
+    // cu_seqlens are int32, so token counts (and everything else) fit in 31 bits.
+    if (t.sizes[i] > std::numeric_limits<int32_t>::max())
+      return fail(cat(name, ".sizes[", i, "] = ", t.sizes[i], " exceeds 2^31-1"));
+  }
+  if (t.strides[2] != 1)
+    return fail(cat(name, ": last dim (head_dim) must be contiguous, got ", name, ".strides[2]=", t.strides[2]));
+  const int64_t numel = t.sizes[0] * t.sizes[1] * t.sizes[2];
+  if (numel > 0 && t.data == nullptr) return fail(cat(name, ".data is null"));
+  if (backend == Backend::kSm90 && numel > 0) {
+    if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0) return fail(cat(name, ".data is not 16-byte aligned"));
+    const int64_t per16 = 16 / static_cast<int64_t>(dtype_size(t.dtype));
+    for (int i = 0; i < 2; ++i)
+      if (t.sizes[i] > 1 && t.strides[i] % per16 != 0)
+        return fail(cat(name, ".strides[", i, "]=", t.strides[i], " is not a multiple of ", per16, " elements (16 bytes)"));
+  }
+  return {};
+}
+
+// A 1-dim contiguous int32 index tensor of `want` elements.
+Result check_index(const char* name, const TensorRef& t, int64_t want, const char* what) {
+  if (t.dtype != DType::kInt32) return fail(cat(name, ": dtype must be int32, got ", dtype_name(t.dtype)));
+  if (t.ndim != 1) return fail(cat(name, ": expected 1 dim (", what, "), got ndim=", t.ndim));
+  if (t.sizes[0] != want) return fail(cat(name, ".sizes[0]=", t.sizes[0], " but expected ", want, " (", what, ")"));
+  if (t.sizes[0] > 1 && t.strides[0] != 1)
+    return fail(cat(name, " must be contiguous: strides[0]=", t.strides[0], ", expected 1"));
+  if (want > 0 && t.data == nullptr) return fail(cat(name, ".data is null"));
+  if (reinterpret_cast<uintptr_t>(t.data) % 4 != 0) return fail(cat(name, ".data is not 4-byte aligned"));
+  return {};
+}
+
+Result check_lse(const TensorRef& lse, int64_t h, int64_t total) {
+  if (lse.data == nullptr) return {};
+  if (lse.dtype != DType::kFP32) return fail(cat("lse: dtype must be fp32, got ", dtype_name(lse.dtype)));
+  if (lse.ndim != 2) return fail(cat("lse: expected 2 dims (heads_q, total_q), got ndim=", lse.ndim));
+  const int64_t want[2] = {h, total};
+  for (int i = 0; i < 2; ++i)
+    if (lse.sizes[i] != want[i])
+      return fail(cat("lse.sizes[", i, "]=", lse.sizes[i], " but expected ", want[i], " (heads_q, total_q)"));
+  const int64_t want_stride[2] = {total, 1};
+  for (int i = 0; i < 2; ++i)
+    if (lse.sizes[i] > 1 && lse.strides[i] != want_stride[i])
+      return fail(cat("lse must be contiguous: strides[", i, "]=", lse.strides[i], ", expected ", want_stride[i]));
+  if (reinterpret_cast<uintptr_t>(lse.data) % 4 != 0) return fail("lse.data is not 4-byte aligned");
+  return {};
+}
+
+// The value checks of one side (q or k): cu (batch + 1 entries) against `total` tokens and
+// `max_seqlen`, then seqused (batch entries, or null) against the lengths. Host memory.
+Result check_varlen_values(const char* side, const int32_t* cu, const int32_t* seqused, int64_t batch,
+                           int64_t total, int64_t max_seqlen) {
+  const std::string cu_name = cat("cu_seqlens_", side), used_name = cat("seqused_", side);
+  const std::string tokens = cat(side, ".sizes[0]");
+  if (cu[0] != 0) return fail(cat(cu_name, "[0]=", cu[0], " but must be 0 (prefix sums start at 0)"));
+  for (int64_t b = 1; b <= batch; ++b)
+    if (cu[b] < cu[b - 1])
+      return fail(cat(cu_name, "[", b, "]=", cu[b], " is less than ", cu_name, "[", b - 1, "]=", cu[b - 1],
+                      " (must be non-decreasing)"));
+  if (cu[batch] > total)
+    return fail(cat(cu_name, "[", batch, "]=", cu[batch], " exceeds the total tokens ", tokens, "=", total));
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t len = static_cast<int64_t>(cu[b + 1]) - cu[b];
+    if (len > max_seqlen)
+      return fail(cat(cu_name, "[", b + 1, "]-", cu_name, "[", b, "]=", len, " (sequence ", b, ") exceeds max_seqlen_",
+                      side, "=", max_seqlen));
+  }
+  if (seqused != nullptr)
+    for (int64_t b = 0; b < batch; ++b) {
+      const int64_t len = static_cast<int64_t>(cu[b + 1]) - cu[b];
+      if (seqused[b] < 0 || seqused[b] > len)
+        return fail(cat(used_name, "[", b, "]=", seqused[b], " is outside [0, ", len, "] (the length of sequence ", b,
+                        " from ", cu_name, ")"));
+    }
+  return {};
+}
+
+}  // namespace
+
+Result validate_forward_varlen(const VarlenForwardArgs& a, Backend backend, VarlenProblem* p) {
+  if (backend != Backend::kCpu && backend != Backend::kSm90)
+    return Result{Status::kUnsupported, "varlen: only the CPU reference (and, later, the sm90 kernel) exist"};
+  const struct { const char* name; const TensorRef* t; } tensors[] = {
+      {"q", &a.q}, {"k", &a.k}, {"v", &a.v}, {"out", &a.out}};
+  for (const auto& [name, t] : tensors)
+    if (!data_dtype_allowed(t->dtype, backend))
+      return Result{backend == Backend::kCpu || t->dtype == DType::kInt32 ? Status::kInvalidArgument : Status::kUnsupported,
+                    cat(name, ": dtype ", dtype_name(t->dtype), " is not supported by this backend (",
+                        backend == Backend::kCpu ? "bf16, fp16, fp32" : "bf16, fp16", ")",
+                        t->dtype == DType::kInt32 ? "; int32 is for index tensors (cu_seqlens, seqused) only" : "")};
+  for (const auto& [name, t] : tensors)
+    if (t->dtype != a.q.dtype)
+      return fail(cat(name, ": dtype ", dtype_name(t->dtype), " differs from q's ", dtype_name(a.q.dtype)));
+  for (const auto& [name, t] : tensors)
+    if (Result r = check_packed(name, *t, backend); !r.ok()) return r;
+
+  const int64_t total_q = a.q.sizes[0], hq = a.q.sizes[1], d = a.q.sizes[2];
+  const int64_t total_k = a.k.sizes[0], hkv = a.k.sizes[1];
+  if (a.k.sizes[2] != d) return fail(cat("k.sizes[2] (head_dim)=", a.k.sizes[2], " but q has head_dim ", d));
+  if (a.v.sizes[2] != d)
+    return Result{Status::kUnsupported, cat("v.sizes[2] (head_dim)=", a.v.sizes[2], " but q has head_dim ", d,
+                                            "; head_dim_v != head_dim_qk is not supported yet")};
+  if (a.v.sizes[0] != total_k) return fail(cat("v.sizes[0] (total_k)=", a.v.sizes[0], " but k has total_k ", total_k));
+  if (a.v.sizes[1] != hkv) return fail(cat("v.sizes[1] (heads_kv)=", a.v.sizes[1], " but k has heads_kv ", hkv));
+  for (int i = 0; i < 3; ++i)
+    if (a.out.sizes[i] != a.q.sizes[i])
+      return fail(cat("out.sizes[", i, "]=", a.out.sizes[i], " but q.sizes[", i, "]=", a.q.sizes[i]));
+  if (hq > 0 && hkv == 0) return fail("k.sizes[1] (heads_kv) is 0 but q has heads");
+  if (hkv > 0 && hq % hkv != 0) return fail(cat("heads_q=", hq, " is not a multiple of heads_kv=", hkv, " (GQA/MQA)"));
+  if (Result r = check_lse(a.lse, hq, total_q); !r.ok()) return r;
+  if (a.softmax_scale && !(std::isfinite(*a.softmax_scale) && *a.softmax_scale > 0.f))
+    return fail(cat("softmax_scale must be finite and > 0, got ", *a.softmax_scale));
+  if (d == 0) return fail("q.sizes[2] (head_dim) is 0");
+
+  // The index tensors: cu_seqlens_q fixes the batch, cu_seqlens_k must agree.
+  if (a.cu_seqlens_q.ndim != 1)
+    return fail(cat("cu_seqlens_q: expected 1 dim (batch + 1), got ndim=", a.cu_seqlens_q.ndim));
+  if (a.cu_seqlens_q.sizes[0] < 1)
+    return fail(cat("cu_seqlens_q.sizes[0]=", a.cu_seqlens_q.sizes[0], " but must be batch + 1 >= 1"));
+  const int64_t batch = a.cu_seqlens_q.sizes[0] - 1;
+  if (Result r = check_index("cu_seqlens_q", a.cu_seqlens_q, batch + 1, "batch + 1"); !r.ok()) return r;
+  if (Result r = check_index("cu_seqlens_k", a.cu_seqlens_k, batch + 1, "batch + 1, as cu_seqlens_q"); !r.ok()) return r;
+  const bool has_used_q = !tensor_absent(a.seqused_q), has_used_k = !tensor_absent(a.seqused_k);
+  if (has_used_q)
+    if (Result r = check_index("seqused_q", a.seqused_q, batch, "batch"); !r.ok()) return r;
+  if (has_used_k)
+    if (Result r = check_index("seqused_k", a.seqused_k, batch, "batch"); !r.ok()) return r;
+  if (a.max_seqlen_q < 0) return fail(cat("max_seqlen_q=", a.max_seqlen_q, " is negative"));
+  if (a.max_seqlen_k < 0) return fail(cat("max_seqlen_k=", a.max_seqlen_k, " is negative"));
+
+  const auto* cu_q = static_cast<const int32_t*>(a.cu_seqlens_q.data);
+  const auto* cu_k = static_cast<const int32_t*>(a.cu_seqlens_k.data);
+  const auto* used_q = has_used_q ? static_cast<const int32_t*>(a.seqused_q.data) : nullptr;
+  const auto* used_k = has_used_k ? static_cast<const int32_t*>(a.seqused_k.data) : nullptr;
+  if (backend == Backend::kCpu) {  // host memory: the values can be read here
+    if (Result r = check_varlen_values("q", cu_q, used_q, batch, total_q, a.max_seqlen_q); !r.ok()) return r;
+    if (Result r = check_varlen_values("k", cu_k, used_k, batch, total_k, a.max_seqlen_k); !r.ok()) return r;
+  }
+  if (backend == Backend::kSm90 && !has_forward_kernel(a.q.dtype, static_cast<int>(d)))
+    return Result{Status::kUnsupported, cat("head_dim ", d, " with dtype ", dtype_name(a.q.dtype),
+                                            " has no sm90 kernel in this build (built: ", build_instantiation_list(), ")")};
+
+  p->batch = batch; p->total_q = total_q; p->total_k = total_k;
+  p->heads_q = hq; p->heads_kv = hkv; p->head_dim = d;
+  p->max_seqlen_q = a.max_seqlen_q; p->max_seqlen_k = a.max_seqlen_k;
+  p->dtype = a.q.dtype;
+  p->causal = a.causal;
+  p->scale = a.softmax_scale ? *a.softmax_scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+  p->q = a.q.data; p->k = a.k.data; p->v = a.v.data; p->out = a.out.data;
+  p->lse = static_cast<float*>(a.lse.data);
+  for (int i = 0; i < 2; ++i) {
+    p->q_stride[i] = a.q.strides[i];
+    p->k_stride[i] = a.k.strides[i];
+    p->v_stride[i] = a.v.strides[i];
+    p->o_stride[i] = a.out.strides[i];
+  }
+  p->cu_seqlens_q = cu_q; p->cu_seqlens_k = cu_k;
+  p->seqused_q = used_q; p->seqused_k = used_k;
+  return {};
+}
+
+}  // namespace hopattn
