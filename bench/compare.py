@@ -155,6 +155,22 @@ def short_error(exc):
 # --- the run ------------------------------------------------------------------------------------------
 
 
+def time_impls(impls, runnable, timer, flops, row):
+    """Times each runnable impl's fn() under its context into row["ms"] / row["tflops"] (None where
+    it is not runnable or fails; the error goes to row["errors"])."""
+    for name in impls:
+        ms = None
+        if name in runnable:
+            fn, context = runnable[name]
+            try:
+                with context():
+                    ms = timer(fn)
+            except Exception as exc:
+                row["errors"][name] = short_error(exc)
+        row["ms"][name] = ms
+        row["tflops"][name] = common.tflops_per_s(flops, ms)
+
+
 def bench_point(torch, impls, timer, point):
     b, s, h, d, causal = point["batch"], point["seqlen"], point["heads"], point["head_dim"], point["causal"]
     flops = common.attention_flops(b, h, s, s, d, causal)
@@ -188,17 +204,7 @@ def bench_point(torch, impls, timer, point):
     outputs.clear()
 
     # 3. Timing, with the SDPA backend choice active while the timed calls run.
-    for name in impls:
-        ms = None
-        if name in runnable:
-            fn, context = runnable[name]
-            try:
-                with context():
-                    ms = timer(fn)
-            except Exception as exc:
-                row["errors"][name] = short_error(exc)
-        row["ms"][name] = ms
-        row["tflops"][name] = common.tflops_per_s(flops, ms)
+    time_impls(impls, runnable, timer, flops, row)
     del q, k, v
     return row
 
@@ -302,17 +308,7 @@ def bench_point_bwd(torch, impls, timer, point, ref_max_seqlen, hopattn_bwd_buil
     grads.clear()
 
     # 3. Timing of the backward alone, with the SDPA backend choice active.
-    for name in impls:
-        ms = None
-        if name in runnable:
-            bwd, context = runnable[name]
-            try:
-                with context():
-                    ms = timer(bwd)
-            except Exception as exc:
-                row["errors"][name] = short_error(exc)
-        row["ms"][name] = ms
-        row["tflops"][name] = common.tflops_per_s(flops, ms)
+    time_impls(impls, runnable, timer, flops, row)
     runnable.clear()
     del q, k, v, dout
     return row

@@ -2,7 +2,9 @@
 // sm90 kernels) consumes. Validation happens once, in validate.cpp; backends trust this struct.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
+#include <optional>
 
 #include "hopattn/hopattn.hpp"
 
@@ -56,6 +58,11 @@ struct AttnBackwardProblem {
 };
 
 enum class Backend { kSm90, kCudaReference, kCpu };
+
+// The softmax scale a call asked for, or the default 1/sqrt(head_dim).
+inline float resolve_softmax_scale(const std::optional<float>& asked, int64_t head_dim) {
+  return asked ? *asked : static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
+}
 
 // A tensor the caller left out (an optional argument): no data and no shape (ndim 0, or every size 0).
 inline bool tensor_absent(const TensorRef& t) {

@@ -153,7 +153,7 @@ Result validate_forward(const ForwardArgs& a, Backend backend, AttnProblem* p) {
   p->batch = batch; p->seqlen_q = sq; p->seqlen_k = sk; p->heads_q = hq; p->heads_kv = hkv; p->head_dim = d;
   p->dtype = a.q.dtype;
   p->causal = a.causal;
-  p->scale = a.softmax_scale ? *a.softmax_scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+  p->scale = resolve_softmax_scale(a.softmax_scale, d);
   p->q = a.q.data; p->k = a.k.data; p->v = a.v.data; p->out = a.out.data;
   p->lse = static_cast<float*>(a.lse.data);
   for (int i = 0; i < 3; ++i) {

@@ -190,7 +190,7 @@ Result validate_forward_varlen(const VarlenForwardArgs& a, Backend backend, Varl
   p->max_seqlen_q = a.max_seqlen_q; p->max_seqlen_k = a.max_seqlen_k;
   p->dtype = a.q.dtype;
   p->causal = a.causal;
-  p->scale = a.softmax_scale ? *a.softmax_scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+  p->scale = resolve_softmax_scale(a.softmax_scale, d);
   p->q = a.q.data; p->k = a.k.data; p->v = a.v.data; p->out = a.out.data;
   p->lse = static_cast<float*>(a.lse.data);
   for (int i = 0; i < 2; ++i) {

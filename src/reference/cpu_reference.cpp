@@ -222,7 +222,8 @@ void for_each_kv_head(int64_t batch, int64_t heads_kv, Fn fn) {
 }  // namespace
 
 void backward_cpu(const AttnBackwardProblem& p) {
-  if (p.fwd.batch == 0 || p.fwd.heads_q == 0) return;
+  // heads_q == 0 with heads_kv > 0 runs too: each kv head's group is empty, so dk = dv = 0.
+  if (p.fwd.batch == 0 || p.fwd.heads_kv == 0) return;
   for_each_kv_head(p.fwd.batch, p.fwd.heads_kv, [&](int64_t b, int64_t h) { backward_kv_head(p, b, h); });
 }
 
