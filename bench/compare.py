@@ -7,6 +7,10 @@
 #     torch.autograd.grad(out, (q, k, v), dout, retain_graph=True); TFLOP/s from 2.5x the forward
 #     FLOPs; checks every implementation's dq, dk, dv against an fp32 math reference.
 #   --direction both: the two, one after the other, each with its own files.
+#   --direction fp8: hopattn's FP8 forward (fp8-<date>[-tag].*): attention_fp8 end to end (rotate and
+#     quantise Q, K, V, then the kernel), forward_fp8 on pre-quantised inputs (V re-layout + kernel),
+#     quantize_fp8 alone (GB/s), hopattn's bf16 forward and the bf16 peers (and FA3's FP8 path when
+#     importable); TFLOP/s with FP8 FLOPs counted as bf16 ones; checks the FP8 outputs against a peer.
 import argparse
 import datetime
 import gc
@@ -41,9 +45,10 @@ def _one_int(text):
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description="hopattn vs SDPA flash / cuDNN / FA3 forward and backward benchmark")
-    p.add_argument("--direction", choices=["fwd", "bwd", "both"], default="fwd",
+    p.add_argument("--direction", choices=["fwd", "bwd", "both", "fp8"], default="fwd",
                    help="time the forward (default), the backward (autograd.grad only), or both; "
-                        "each direction writes its own fwd-/bwd- files")
+                        "each direction writes its own fwd-/bwd- files; fp8: hopattn's FP8 forward "
+                        "against the bf16 forwards (fp8- files)")
     p.add_argument("--hdims", default=None, help="comma list, e.g. 64,128 (default 64,128,256)")
     p.add_argument("--seqlens", default=None, help="comma list, e.g. 512,1k,16k (default 512..16k)")
     p.add_argument("--causal", choices=["0", "1", "both"], default="both")
@@ -314,6 +319,247 @@ def bench_point_bwd(torch, impls, timer, point, ref_max_seqlen, hopattn_bwd_buil
     return row
 
 
+# --- FP8 ---------------------------------------------------------------------------------------------
+# Column keys of --direction fp8, in order, with their headers. FA3's FP8 path only when importable.
+FP8_HEADERS = {
+    "fp8_e2e": "hopattn FP8",
+    "fp8_kernel": "hopattn FP8 kernel",
+    "hopattn": "hopattn bf16",
+    "cudnn": "cuDNN",
+    "fa2": "FA2 (SDPA flash)",
+    "fa3_fp8": "FA3 FP8",
+}
+# attention_fp8 against a bf16 peer: FP8 rounding of Q, K, V and P gives about 5% relative L2 on
+# N(0, 1) inputs (tests/python/test_fp8.py bounds it by 6e-2 against fp64).
+FP8_CHECK_REL_L2 = 1e-1
+# forward_fp8 on quantize_fp8's output (same seed) against attention_fp8: the same arithmetic.
+FP8_KERNEL_CHECK_REL_L2 = 1e-2
+E4M3_MAX = 448.0
+FP8_BLOCK_ROWS = 128
+
+
+def fp8_quantize_bytes(batch, seqlen, heads, head_dim, in_bytes=2, block_quant=True):
+    """Bytes quantize_fp8 moves: the 16-bit input read once, e4m3 codes and fp32 descales written."""
+    n = batch * seqlen * heads * head_dim
+    nblocks = -(-seqlen // FP8_BLOCK_ROWS) if block_quant else 1
+    return n * in_bytes + n + 4 * batch * heads * nblocks
+
+
+def gb_per_s(nbytes, ms):
+    return None if ms is None or ms <= 0 else nbytes / (ms * 1e-3) / 1e9
+
+
+def fp8_markdown_table(rows, impls):
+    """rows as bench_point_fp8 returns them; impls: FP8_HEADERS keys that have a column. TFLOP/s
+    (FP8 FLOPs counted as bf16 ones), then quantize_fp8's GB/s, the FP8 end-to-end speed against
+    cuDNN and against hopattn bf16, and the check."""
+    headers = ["hdim", "causal", "seqlen", "batch", "heads"] + [FP8_HEADERS[i] for i in impls]
+    headers += ["quantize_fp8 GB/s", "FP8/cuDNN", "FP8/bf16", "check"]
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---:" for _ in headers[:-1]) + "|:---|"]
+    for r in rows:
+        tf = r["tflops"]
+        cells = [str(r["head_dim"]), "yes" if r["causal"] else "no", common.format_seqlen(r["seqlen"]), str(r["batch"]),
+                 str(r["heads"])]
+        cells += [common.format_tflops(tf.get(i)) for i in impls]
+        cells.append(common.format_tflops(r.get("quantize_gbps"), digits=0))
+        for peer in ("cudnn", "hopattn"):
+            rel = common.ratio(tf.get("fp8_e2e"), tf.get(peer))
+            cells.append("n/a" if rel is None else f"{rel:.2f}x")
+        cells.append(r.get("check", "unchecked"))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def fp8_report(timer_name, env, table):
+    """The .md file of --direction fp8: what was timed, the environment line, the table."""
+    head = (f"FP8 forward, bf16 inputs, {common.TOTAL_TOKENS} tokens, hidden {common.HIDDEN}; TFLOP/s with FP8 FLOPs "
+            f"counted as bf16 ones ({timer_name}). hopattn FP8 = attention_fp8 end to end (rotate and quantise Q, K, "
+            "V, then the kernel); hopattn FP8 kernel = forward_fp8 on pre-quantised inputs (V re-layout + kernel); "
+            "quantize_fp8 GB/s = (bf16 read + e4m3 and descales written) / time, for q alone; FP8/cuDNN and "
+            "FP8/bf16 compare hopattn FP8 end to end with cuDNN and hopattn bf16.\n")
+    head += (f"Check: attention_fp8 against a bf16 peer, rel L2 <= {FP8_CHECK_REL_L2:g}; forward_fp8 on quantize_fp8's "
+             f"output against attention_fp8, rel L2 <= {FP8_KERNEL_CHECK_REL_L2:g}.\n")
+    head += (f"{env['device']}, torch {env['torch']}, CUDA {env['cuda']}, cuDNN {env['cudnn']}, "
+             f"hopattn {env['hopattn_version']}.\n")
+    return f"{head}\n{table}\n"
+
+
+def fp8_output_stem(out_dir, date=None, tag=None):
+    """docs/bench/fp8-<date>[-<tag>]; the caller appends .json/.md/.png."""
+    date = date or datetime.date.today().isoformat()
+    return Path(out_dir) / (f"fp8-{date}" + (f"-{tag}" if tag else ""))
+
+
+def fp8_check(errors, ref_name):
+    """The check cell from {"fp8_e2e": rel L2 vs the peer, "fp8_kernel": rel L2 vs attention_fp8}."""
+    bad = []
+    e2e, kernel = errors.get("fp8_e2e"), errors.get("fp8_kernel")
+    if e2e is not None and not (math.isfinite(e2e) and e2e <= FP8_CHECK_REL_L2):
+        bad.append(f"attention_fp8 {e2e:.1e} vs {FP8_HEADERS.get(ref_name, ref_name)}")
+    if kernel is not None and not (math.isfinite(kernel) and kernel <= FP8_KERNEL_CHECK_REL_L2):
+        bad.append(f"forward_fp8 {kernel:.1e} vs attention_fp8")
+    if bad:
+        return "MISMATCH " + ", ".join(bad)
+    return "ok" if e2e is not None else "unchecked"
+
+
+def quantize_per_tensor(torch, x):
+    """(x_e4m3, descale) with one scale for the whole tensor (|max| -> 448); descale 0-dim fp32."""
+    xf = x.float()
+    amax = xf.abs().amax().clamp_min(torch.finfo(torch.float32).tiny)
+    return (xf * (E4M3_MAX / amax)).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn), amax / E4M3_MAX
+
+
+def quantize_v_per_head(torch, v):
+    """V as attention_fp8 quantises it: one scale per (batch, kv head); descale (batch, heads_kv)."""
+    vf = v.float()
+    amax = vf.abs().amax(dim=(1, 3)).clamp_min(torch.finfo(torch.float32).tiny)
+    v8 = (vf * (E4M3_MAX / amax)[:, None, :, None]).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
+    return v8, (amax / E4M3_MAX).contiguous()
+
+
+def make_fp8_impls(torch):
+    """FP8_HEADERS keys -> build(q, k, v, causal) -> (fn, context), as make_impls. The FP8 builds
+    quantise outside fn (untimed) where the timed call takes pre-quantised inputs."""
+    import hopattn
+
+    bf16 = make_impls(torch)
+
+    def e2e(q, k, v, causal):
+        return (lambda: hopattn.attention_fp8(q, k, v, causal=causal)), _NoContext
+
+    def kernel(q, k, v, causal):
+        q8, qd = hopattn.quantize_fp8(q)  # seed 0, as attention_fp8's default
+        k8, kd = hopattn.quantize_fp8(k)
+        v8, vd = quantize_v_per_head(torch, v)
+        return (lambda: hopattn.forward_fp8(q8, k8, v8, qd, kd, vd, causal=causal)), _NoContext
+
+    impls = {"fp8_e2e": e2e, "fp8_kernel": kernel}
+    impls.update({name: bf16[name] for name in ("hopattn", "cudnn", "fa2")})
+    try:
+        import flash_attn_interface  # FlashAttention-3 (hopper/ build of flash-attention)
+
+        def fa3_fp8(q, k, v, causal):
+            b, hkv = k.shape[0], k.shape[2]
+            (q8, qd), (k8, kd), (v8, vd) = (quantize_per_tensor(torch, t) for t in (q, k, v))
+
+            def call(shape):
+                descales = [d.reshape(1, 1).expand(*shape).contiguous() if len(shape) == 2 else d.reshape(1)
+                            for d in (qd, kd, vd)]
+
+                def fn():
+                    result = flash_attn_interface.flash_attn_func(
+                        q8, k8, v8, causal=causal, q_descale=descales[0], k_descale=descales[1], v_descale=descales[2])
+                    return result[0] if isinstance(result, tuple) else result
+
+                return fn
+
+            fn = call((b, hkv))  # descales per (batch, kv head) in current FA3
+            try:
+                fn()
+            except Exception:  # older FA3: one descale per tensor
+                fn = call((1,))
+            return fn, _NoContext
+
+        impls["fa3_fp8"] = fa3_fp8
+    except ImportError:
+        pass
+    return impls
+
+
+def bench_point_fp8(torch, impls, timer, point):
+    """One grid point of --direction fp8: every implementation once (untimed, outputs kept for the
+    check), the checks, then the timings and quantize_fp8's alone."""
+    import hopattn
+
+    b, s, h, d, causal = point["batch"], point["seqlen"], point["heads"], point["head_dim"], point["causal"]
+    flops = common.attention_flops(b, h, s, s, d, causal)
+    gen = torch.Generator(device="cuda").manual_seed(1234 + s + d)
+    q, k, v = (torch.randn((b, s, h, d), generator=gen, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+
+    row = dict(point, flops=flops, ms={}, tflops={}, errors={})
+    runnable, outputs = {}, {}
+    for name, build in impls.items():
+        try:
+            fn, context = build(q, k, v, causal)
+            with context():
+                outputs[name] = fn()
+            torch.cuda.synchronize()
+            runnable[name] = (fn, context)
+        except Exception as exc:
+            row["errors"][name] = short_error(exc)
+            outputs.pop(name, None)
+
+    ref_name = next((n for n in ("cudnn", "fa2", "hopattn") if n in outputs), None)
+    errors = {}
+    if "fp8_e2e" in outputs and ref_name is not None:
+        errors["fp8_e2e"] = rel_l2(outputs["fp8_e2e"], outputs[ref_name])
+    if "fp8_e2e" in outputs and "fp8_kernel" in outputs:
+        errors["fp8_kernel"] = rel_l2(outputs["fp8_kernel"], outputs["fp8_e2e"])
+    if "fa3_fp8" in outputs and ref_name is not None:
+        errors["fa3_fp8"] = rel_l2(outputs["fa3_fp8"], outputs[ref_name])  # recorded, not judged
+    row["check_rel_l2"], row["check_against"] = errors, ref_name
+    row["check"] = "hopattn fp8 failed" if "fp8_e2e" not in outputs else fp8_check(errors, ref_name)
+    outputs.clear()
+
+    time_impls(impls, runnable, timer, flops, row)
+    row["quantize_ms"] = row["quantize_gbps"] = None
+    try:
+        row["quantize_ms"] = timer(lambda x=q: hopattn.quantize_fp8(x))
+        row["quantize_gbps"] = gb_per_s(fp8_quantize_bytes(b, s, h, d), row["quantize_ms"])
+    except Exception as exc:
+        row["errors"]["quantize_fp8"] = short_error(exc)
+    runnable.clear()
+    del q, k, v
+    return row
+
+
+def run_fp8(torch, impls, timer, timer_name, env, grid, args):
+    """--direction fp8 over the grid; writes fp8-<date>[-tag].json/.md/.png; returns the rows."""
+    impl_names = list(impls)
+    rows = []
+    for point in grid:
+        try:
+            row = bench_point_fp8(torch, impls, timer, point)
+        except Exception as exc:
+            traceback.print_exc()
+            row = dict(point, flops=None, ms={}, tflops={n: None for n in impls}, errors={"all": short_error(exc)},
+                       check="error", quantize_gbps=None)
+        rows.append(row)
+        gc.collect()
+        torch.cuda.empty_cache()
+        cells = "  ".join(f"{n}={common.format_tflops(row['tflops'].get(n))}" for n in impls)
+        print(f"fp8 hdim={point['head_dim']:<3} causal={int(point['causal'])} seqlen={point['seqlen']:<5} {cells}  "
+              f"TFLOP/s  quantize={common.format_tflops(row.get('quantize_gbps'), digits=0)} GB/s  check={row['check']}",
+              flush=True)
+        for name, err in row.get("errors", {}).items():
+            print(f"    {name}: {err}", flush=True)
+
+    stem = fp8_output_stem(args.out_dir, tag=args.tag)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    table = fp8_markdown_table(rows, impl_names)
+    result = dict(env, direction="fp8", dtype="bf16 inputs, FP8 e4m3 compute",
+                  flops="FP8 FLOPs counted as bf16: 4 b h s^2 d, halved when causal",
+                  headers={n: FP8_HEADERS[n] for n in impl_names}, rows=rows)
+    Path(f"{stem}.json").write_text(json.dumps(result, indent=1) + "\n")
+    Path(f"{stem}.md").write_text(fp8_report(timer_name, env, table))
+    written = [f"{stem}.json", f"{stem}.md"]
+    if not args.no_plot:
+        try:
+            from plot import plot_rows
+
+            for name in impl_names:  # plot labels come from common.IMPL_HEADERS
+                common.IMPL_HEADERS.setdefault(name, FP8_HEADERS[name])
+            plot_rows(rows, impl_names, f"{stem}.png", title=f"{env['device']}, FP8 forward (bf16 peers)")
+            written.append(f"{stem}.png")
+        except Exception as exc:
+            print(f"plot skipped: {short_error(exc)}", file=sys.stderr)
+    print("wrote " + ", ".join(written), flush=True)
+    print()
+    print(table)
+    return rows
+
+
 def environment(torch, timer_name, impl_names):
     import hopattn
 
@@ -338,7 +584,7 @@ def environment(torch, timer_name, impl_names):
         env["triton"] = triton.__version__
     except ImportError:
         env["triton"] = None
-    if "fa3" in impl_names:
+    if "fa3" in impl_names or "fa3_fp8" in impl_names:
         import flash_attn_interface
 
         env["fa3"] = getattr(flash_attn_interface, "__version__", "unknown")
@@ -416,12 +662,15 @@ def main(argv=None):
     seqlens = common.parse_int_list(args.seqlens) if args.seqlens else (common.QUICK_SEQLENS if args.quick else common.ALL_SEQLENS)
     grid = common.shape_grid(head_dims, seqlens, common.causal_modes_from_arg(args.causal))
 
-    impls = make_impls(torch)
+    impls = make_fp8_impls(torch) if args.direction == "fp8" else make_impls(torch)
     timer, timer_name = make_timer(torch)
     env = environment(torch, timer_name, list(impls))
     print(f"# {env['device']}  torch {env['torch']}  cuDNN {env['cudnn']}  hopattn {env['hopattn_version']}  "
           f"impls {list(impls)}  timing: {timer_name}", flush=True)
 
+    if args.direction == "fp8":
+        rows = run_fp8(torch, impls, timer, timer_name, env, grid, args)
+        return 0 if all(common.check_passed(r["check"]) for r in rows) else 1
     rows = []
     for direction in common.directions_from_arg(args.direction):
         rows += run_direction(torch, direction, impls, timer, timer_name, env, grid, args)

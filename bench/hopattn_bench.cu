@@ -1,7 +1,10 @@
 // hopattn-bench: times hopattn::forward with CUDA events (median of many runs after warm-up),
 // rotating among enough input sets that L2 (60 MB on H200) cannot flatter the numbers.
 // Usage: hopattn-bench [--batch B --seqlen S --seqlen-k SK --heads H --heads-kv HKV --hdim D
-//                       --causal 0|1 --dtype bf16|fp16 --iters N] | [--paper-grid]
+//                       --causal 0|1 --dtype bf16|fp16 --iters N --fp8] | [--paper-grid]
+// --fp8 times, per shape, the FP8 attention kernel alone (e4m3 inputs and V^T already in place),
+// forward_fp8 (plus its V re-layout), attention_fp8 from 16-bit inputs (plus rotate-and-quantise),
+// and the 16-bit forward, all with the same input rotation.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -9,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "api/instantiations.hpp"
+#include "api/problem.hpp"
 #include "tool_util.cuh"
 
 namespace {
@@ -19,13 +24,16 @@ struct Shape {
   hopattn::DType dtype = hopattn::DType::kBF16;
 };
 
+// What one timed call runs (see the usage note).
+enum class Mode { kForward, kFp8Kernel, kForwardFp8, kAttentionFp8 };
+
 struct Timing {
   double median_ms = 0, tflops = 0;
   bool ok = false;
   std::string error;
 };
 
-Timing time_forward(const Shape& s, int iters) {
+Timing time_forward(const Shape& s, int iters, Mode mode = Mode::kForward) {
   using namespace hopattn;
   const int64_t q_elems = s.batch * s.seqlen_q * s.heads * s.hdim;
   const int64_t kv_elems = s.batch * s.seqlen_k * s.heads_kv * s.hdim;
@@ -49,9 +57,77 @@ Timing time_forward(const Shape& s, int iters) {
     args[i].causal = s.causal;
     for (auto* b : {&q, &k, &v, &o, &l}) bufs.push_back(std::move(*b));
   }
+
+  // FP8: per set, attention_fp8's workspace (its e4m3 q/k, V^T and descales, filled once by a
+  // warm-up call) doubles as the inputs of forward_fp8 and of the kernel alone.
+  std::vector<Fp8AttentionArgs> fp8_args(sets);
+  std::vector<Fp8ForwardArgs> fp8_fwd(sets);
+  std::vector<Fp8AttnProblem> fp8_prob(sets);
+  std::vector<std::unique_ptr<tools::DeviceBuffer>> fp8_ws;
+  const int64_t nq_blocks = (s.seqlen_q + 127) / 128, nk_blocks = (s.seqlen_k + 127) / 128;
+  auto up = [](std::size_t x) { return (x + 255) / 256 * 256; };
+  const std::size_t vt_bytes = up(std::size_t(s.batch * s.heads_kv * s.hdim * nk_blocks * 128));
   Timing t;
+  if (mode != Mode::kForward) {
+    for (int i = 0; i < sets; ++i) {
+      Fp8AttentionArgs& a = fp8_args[i];
+      a.q = args[i].q;
+      a.k = args[i].k;
+      a.v = args[i].v;
+      a.out = args[i].out;
+      a.lse = args[i].lse;
+      a.causal = s.causal;
+      const std::size_t bytes = attention_fp8_workspace_size(a);
+      fp8_ws.push_back(std::make_unique<tools::DeviceBuffer>(bytes + 256 + vt_bytes));
+      char* ws = static_cast<char*>(fp8_ws.back()->ptr);
+      if (Result r = attention_fp8(a, ws, bytes); !r.ok()) {
+        t.error = r.message;
+        return t;
+      }
+      // The workspace layout of attention_fp8 (api_fp8.cpp): q8, k8, V^T, descales.
+      const std::size_t q8 = 0, k8 = up(q_elems), vt = k8 + up(kv_elems);
+      const std::size_t qd = vt + vt_bytes;
+      const std::size_t kd = qd + up(4 * std::size_t(s.batch * s.heads * nq_blocks));
+      const std::size_t vd = kd + up(4 * std::size_t(s.batch * s.heads_kv * nk_blocks));
+      Fp8ForwardArgs& f = fp8_fwd[i];
+      f.q = make_tensor(ws + q8, DType::kE4M3, s.batch, s.seqlen_q, s.heads, s.hdim);
+      f.k = make_tensor(ws + k8, DType::kE4M3, s.batch, s.seqlen_k, s.heads_kv, s.hdim);
+      f.v = f.k;  // any e4m3 tensor of V's shape: only the time of the re-layout matters here
+      f.q_descale = make_tensor(ws + qd, DType::kFP32, s.batch, s.heads, nq_blocks);
+      f.k_descale = make_tensor(ws + kd, DType::kFP32, s.batch, s.heads_kv, nk_blocks);
+      f.v_descale = make_tensor(ws + vd, DType::kFP32, s.batch, s.heads_kv, 1);
+      f.v_descale.ndim = 2;
+      f.out = args[i].out;
+      f.lse = args[i].lse;
+      f.causal = s.causal;
+      if (Result r = validate_forward_fp8(f, &fp8_prob[i]); !r.ok()) {
+        t.error = r.message;
+        return t;
+      }
+      fp8_prob[i].vt = ws + vt;
+    }
+  }
+  // forward_fp8 writes its V^T past attention_fp8's part of set 0's buffer.
+  char* spare = mode != Mode::kForward ? static_cast<char*>(fp8_ws[0]->ptr) + fp8_ws[0]->bytes - vt_bytes - 256 : nullptr;
+  auto call = [&](int i) -> Result {
+    switch (mode) {
+      case Mode::kForward: return forward(args[i]);
+      case Mode::kAttentionFp8: return attention_fp8(fp8_args[i], fp8_ws[i]->ptr, fp8_ws[i]->bytes);
+      case Mode::kForwardFp8: {
+        // Its V^T goes to spare space, so the e4m3 inputs in the workspace stay intact.
+        const std::size_t need = forward_fp8_workspace_size(fp8_fwd[i]);
+        char* w = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(spare) + 255) / 256 * 256);
+        return need <= vt_bytes ? forward_fp8(fp8_fwd[i], w, need) : Result{Status::kUnsupported, "spare too small"};
+      }
+      case Mode::kFp8Kernel: {
+        const cudaError_t e = find_fp8_kernel(fp8_prob[i].base.dtype, int(s.hdim))->launch(fp8_prob[i], nullptr);
+        return e == cudaSuccess ? Result{} : Result{Status::kCudaError, cudaGetErrorString(e)};
+      }
+    }
+    return {};
+  };
   for (int i = 0; i < 3; ++i) {  // warm-up (module load, attribute setting)
-    Result r = forward(args[i % sets]);
+    Result r = call(i % sets);
     if (!r.ok()) {
       t.error = r.message;
       return t;
@@ -62,7 +138,7 @@ Timing time_forward(const Shape& s, int iters) {
   for (auto& e : ev) TOOL_CUDA_CHECK(cudaEventCreate(&e));
   TOOL_CUDA_CHECK(cudaEventRecord(ev[0]));
   for (int i = 0; i < iters; ++i) {
-    forward(args[i % sets]);
+    call(i % sets);
     TOOL_CUDA_CHECK(cudaEventRecord(ev[i + 1]));
   }
   TOOL_CUDA_CHECK(cudaEventSynchronize(ev[iters]));
@@ -103,6 +179,7 @@ int main(int argc, char** argv) {
   Shape s;
   bool paper_grid = false, seqlen_k_set = false, heads_kv_set = false;
   int iters = 50;
+  bool fp8 = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--batch") s.batch = arg_int(i, argc, argv);
@@ -118,6 +195,7 @@ int main(int argc, char** argv) {
       if (d != "bf16" && d != "fp16") { std::fprintf(stderr, "--dtype must be bf16 or fp16\n"); return 2; }
       s.dtype = d == "bf16" ? hopattn::DType::kBF16 : hopattn::DType::kFP16;
     } else if (a == "--paper-grid") paper_grid = true;
+    else if (a == "--fp8") fp8 = true;
     else {
       std::fprintf(stderr, "unknown argument %s\nusage: %s [--batch B --seqlen S --seqlen-k SK --heads H "
                            "--heads-kv HKV --hdim D --causal 0|1 --dtype bf16|fp16 --iters N] | [--paper-grid]\n",
@@ -134,8 +212,26 @@ int main(int argc, char** argv) {
   cudaDeviceProp prop{};
   TOOL_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf("device: %s (%d SMs), hopattn %s\n", prop.name, prop.multiProcessorCount, hopattn::version());
+  auto run = [&](const Shape& shape) {
+    if (!fp8) {
+      print_row(shape, time_forward(shape, iters));
+      return;
+    }
+    const Timing k = time_forward(shape, iters, Mode::kFp8Kernel), f = time_forward(shape, iters, Mode::kForwardFp8),
+                 a = time_forward(shape, iters, Mode::kAttentionFp8), b = time_forward(shape, iters, Mode::kForward);
+    if (!k.ok || !f.ok || !a.ok || !b.ok) {
+      std::printf("d=%lld causal=%d s=%lld ERROR: %s%s%s%s\n", (long long)shape.hdim, shape.causal,
+                  (long long)shape.seqlen_q, k.error.c_str(), f.error.c_str(), a.error.c_str(), b.error.c_str());
+      return;
+    }
+    std::printf("fp8 d=%-3lld causal=%d b=%-3lld s=%-6lld h=%-3lld hkv=%-3lld  kernel %7.1f  forward_fp8 %7.1f  "
+                "attention_fp8 %7.1f  bf16 %7.1f TFLOP/s  (kernel %.3f ms, quantise+relayout %.3f ms)\n",
+                (long long)shape.hdim, shape.causal, (long long)shape.batch, (long long)shape.seqlen_q,
+                (long long)shape.heads, (long long)shape.heads_kv, k.tflops, f.tflops, a.tflops, b.tflops, k.median_ms,
+                a.median_ms - k.median_ms);
+  };
   if (!paper_grid) {
-    print_row(s, time_forward(s, iters));
+    run(s);
     return 0;
   }
   // The FlashAttention-3 paper's grid: 16k tokens, hidden 2048.
@@ -148,7 +244,7 @@ int main(int argc, char** argv) {
         g.seqlen_q = g.seqlen_k = seqlen;
         g.batch = 16384 / seqlen;
         g.heads = g.heads_kv = 2048 / hdim;
-        print_row(g, time_forward(g, iters));
+        run(g);
       }
   return 0;
 }

@@ -53,6 +53,10 @@ def short(n):
     if m:
         d, h, c, f, bn = m.groups()
         return f"ws {'bf16' if d == '0' else 'fp16'} d{h} {'causal' if c == '1' else 'full'} flags={f}" + (f" N={bn}" if bn != "0" else "")
+    m = re.search(r"Fp8FwdConfigILNS_5DTypeE(\d)ELi(\d+)ELb(\d)ELj(\d+)ELi(\d+)", n)
+    if m:
+        d, h, c, f, bn = m.groups()
+        return f"ws fp8->{'bf16' if d == '0' else 'fp16'} d{h} {'causal' if c == '1' else 'full'} flags={f}" + (f" N={bn}" if bn != "0" else "")
     m = re.search(r"fwd_mma_kernelILNS_5DTypeE(\d)ELi(\d+)ELb(\d)", n)
     if m:
         d, h, c = m.groups()

@@ -25,6 +25,7 @@ enum class DType : int {
   kFP16 = 1,
   kFP32 = 2,  // accepted by the CPU reference only (numpy has no bf16)
   kInt32 = 3,  // index tensors only (cu_seqlens, seqused); never a q/k/v/out/lse dtype
+  kE4M3 = 4,   // fp8 e4m3fn (OCP "fn": no infinities, max 448): q/k/v of forward_fp8 and quantize_fp8 only
 };
 
 const char* dtype_name(DType t);
@@ -139,5 +140,68 @@ struct VarlenForwardArgs {
 // entry point comes with the varlen kernel; there those value checks need a device-to-host copy and
 // will live in a debug-checks mode.
 Result forward_varlen_cpu(const VarlenForwardArgs& args);
+
+// ---- FP8 (e4m3) forward (issue 4) --------------------------------------------------------------
+// FlashAttention-3's FP8 path: Q, K, V in e4m3 with fp32 descale factors, P rounded to e4m3 in
+// registers, O and the softmax statistics in fp32, out in bf16/fp16. Descales multiply the stored
+// values back: q_true = q_e4m3 * q_descale. Quantisation blocks are kFp8BlockRows (128) rows of one
+// (batch, head): the kernel's query and key tiles.
+constexpr int64_t kFp8BlockRows = 128;
+
+// The one-call path: bf16/fp16 q, k, v in, out in the same dtype. Inside, one fused kernel per
+// tensor rotates Q and K by M = diag(random signs) * Hadamard / sqrt(head_dim) (incoherent
+// processing; Q M (K M)^T = Q K^T, so the softmax is unchanged while outlier features spread over
+// all coordinates) and quantises them with one scale per 128-row block (block_quant) or per
+// (batch, head); V is quantised per (batch, kv head) and not rotated. `seed` picks the signs: the
+// same seed gives the same M (hopattn.fp8_reference.rotation_signs is its definition).
+struct Fp8AttentionArgs {
+  TensorRef q, k, v;  // bf16 or fp16, as ForwardArgs (head_dim 64, 128 or 256)
+  TensorRef out;      // like q (same dtype)
+  TensorRef lse;      // optional, as ForwardArgs
+  bool causal = false;
+  std::optional<float> softmax_scale;
+  bool incoherent = true;   // rotate Q and K before quantising
+  bool block_quant = true;  // one scale per 128-row block of Q and K; false: per (batch, head)
+  uint32_t seed = 0;
+};
+
+// Device scratch attention_fp8 needs (the e4m3 copies of q, k and v and their descales).
+std::size_t attention_fp8_workspace_size(const Fp8AttentionArgs& args);
+Result attention_fp8(const Fp8AttentionArgs& args, void* workspace, std::size_t workspace_bytes,
+                     cudaStream_t stream = nullptr);
+
+// The lower-level call for callers who quantise elsewhere: e4m3 q, k, v and their descales.
+// Descale tensors are fp32 and contiguous; a null one means 1.
+//   q_descale: (batch, heads_q, nq), nq = 1 (one per head) or ceil(seqlen_q / 128) (per block)
+//   k_descale: (batch, heads_kv, nk), nk = 1 or ceil(seqlen_k / 128)
+//   v_descale: (batch, heads_kv)
+// FP8 WGMMA reads both operands K-major, so V is re-laid out (transposed) into the workspace by a
+// small pre-pass before the attention kernel; forward_fp8_workspace_size says how much.
+struct Fp8ForwardArgs {
+  TensorRef q;  // (batch, seqlen_q, heads_q, head_dim) e4m3
+  TensorRef k;  // (batch, seqlen_k, heads_kv, head_dim) e4m3
+  TensorRef v;  // (batch, seqlen_k, heads_kv, head_dim) e4m3
+  TensorRef q_descale, k_descale, v_descale;
+  TensorRef out;  // (batch, seqlen_q, heads_q, head_dim), bf16 or fp16
+  TensorRef lse;  // optional, as ForwardArgs
+  bool causal = false;
+  std::optional<float> softmax_scale;  // default 1/sqrt(head_dim), applied to the true (descaled) q.k
+};
+std::size_t forward_fp8_workspace_size(const Fp8ForwardArgs& args);
+Result forward_fp8(const Fp8ForwardArgs& args, void* workspace, std::size_t workspace_bytes,
+                   cudaStream_t stream = nullptr);
+
+// The rotate-and-quantise kernel on its own: in (batch, seqlen, heads, head_dim) bf16/fp16 ->
+// out e4m3 of the same shape, descale fp32 (batch, heads, nblocks) contiguous with nblocks =
+// ceil(seqlen / 128) when block_quant, else 1. With rotate, rows are multiplied by M(seed) first
+// (head_dim a power of two). Each block's |max| maps to 448. Reads `in` once (twice without
+// block_quant: the per-head maximum is needed before the first value is written).
+struct Fp8QuantizeArgs {
+  TensorRef in, out, descale;
+  bool rotate = true;
+  bool block_quant = true;
+  uint32_t seed = 0;
+};
+Result quantize_fp8(const Fp8QuantizeArgs& args, cudaStream_t stream = nullptr);
 
 }  // namespace hopattn

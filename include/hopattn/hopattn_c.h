@@ -11,7 +11,7 @@
 extern "C" {
 #endif
 
-#define HOPATTN_ABI_VERSION 2
+#define HOPATTN_ABI_VERSION 3
 
 enum hopattn_status {
   HOPATTN_SUCCESS = 0,
@@ -21,7 +21,7 @@ enum hopattn_status {
   HOPATTN_CUDA_ERROR = 4,
 };
 
-enum hopattn_dtype { HOPATTN_BF16 = 0, HOPATTN_FP16 = 1, HOPATTN_FP32 = 2 };
+enum hopattn_dtype { HOPATTN_BF16 = 0, HOPATTN_FP16 = 1, HOPATTN_FP32 = 2, HOPATTN_INT32 = 3, HOPATTN_E4M3 = 4 };
 
 typedef struct hopattn_tensor {
   void* data;
@@ -46,6 +46,34 @@ typedef struct hopattn_bwd_args {
   int32_t deterministic;
 } hopattn_bwd_args;
 
+/* FP8 (see hopattn.hpp: Fp8AttentionArgs, Fp8ForwardArgs, Fp8QuantizeArgs). Absent optional
+ * tensors (lse, descales): data NULL and ndim 0. */
+typedef struct hopattn_fp8_attention_args {
+  hopattn_tensor q, k, v, out, lse; /* q/k/v/out bf16 or fp16 */
+  int32_t causal;
+  int32_t has_softmax_scale;
+  float softmax_scale;
+  int32_t incoherent;  /* rotate Q and K by a random-sign Hadamard matrix before quantising */
+  int32_t block_quant; /* one scale per 128 rows (else per (batch, head)) */
+  uint32_t seed;
+} hopattn_fp8_attention_args;
+
+typedef struct hopattn_fp8_fwd_args {
+  hopattn_tensor q, k, v;                          /* e4m3 */
+  hopattn_tensor q_descale, k_descale, v_descale;  /* fp32, optional */
+  hopattn_tensor out, lse;                         /* out bf16/fp16; lse optional */
+  int32_t causal;
+  int32_t has_softmax_scale;
+  float softmax_scale;
+} hopattn_fp8_fwd_args;
+
+typedef struct hopattn_fp8_quantize_args {
+  hopattn_tensor in, out, descale;
+  int32_t rotate;
+  int32_t block_quant;
+  uint32_t seed;
+} hopattn_fp8_quantize_args;
+
 int hopattn_abi_version(void);
 const char* hopattn_version(void);
 const char* hopattn_last_error(void);
@@ -63,6 +91,12 @@ int hopattn_check_device(void);
 size_t hopattn_backward_workspace_size(const hopattn_bwd_args* args);
 int hopattn_backward(const hopattn_bwd_args* args, void* workspace, size_t workspace_bytes, void* stream);
 int hopattn_backward_cpu(const hopattn_bwd_args* args);
+
+size_t hopattn_attention_fp8_workspace_size(const hopattn_fp8_attention_args* args);
+int hopattn_attention_fp8(const hopattn_fp8_attention_args* args, void* workspace, size_t workspace_bytes, void* stream);
+size_t hopattn_forward_fp8_workspace_size(const hopattn_fp8_fwd_args* args);
+int hopattn_forward_fp8(const hopattn_fp8_fwd_args* args, void* workspace, size_t workspace_bytes, void* stream);
+int hopattn_quantize_fp8(const hopattn_fp8_quantize_args* args, void* stream);
 
 #ifdef __cplusplus
 }

@@ -8,12 +8,14 @@ from pathlib import Path
 
 # Must equal HOPATTN_ABI_VERSION in hopattn_c.h; checked at load so a stale .so fails loudly
 # instead of misreading structs.
-ABI_VERSION = 2
+ABI_VERSION = 3
 
 # enum hopattn_dtype
 DTYPE_BF16 = 0
 DTYPE_FP16 = 1
 DTYPE_FP32 = 2
+DTYPE_INT32 = 3  # index tensors only (cu_seqlens, seqused)
+DTYPE_E4M3 = 4  # fp8 e4m3fn: q/k/v of forward_fp8, out of quantize_fp8
 
 # enum hopattn_status
 STATUS_SUCCESS = 0
@@ -70,6 +72,58 @@ class HopattnBwdArgs(ctypes.Structure):
         ("has_softmax_scale", ctypes.c_int32),
         ("softmax_scale", ctypes.c_float),
         ("deterministic", ctypes.c_int32),
+    ]
+
+
+# FP8 (ABI 3). Optional tensors (lse, descales) are left out as HopattnTensor(): data NULL, ndim 0.
+
+
+class HopattnFp8AttentionArgs(ctypes.Structure):
+    """struct hopattn_fp8_attention_args: bf16/fp16 q, k, v quantised inside the call."""
+
+    _fields_ = [
+        ("q", HopattnTensor),
+        ("k", HopattnTensor),
+        ("v", HopattnTensor),
+        ("out", HopattnTensor),
+        ("lse", HopattnTensor),
+        ("causal", ctypes.c_int32),
+        ("has_softmax_scale", ctypes.c_int32),
+        ("softmax_scale", ctypes.c_float),
+        ("incoherent", ctypes.c_int32),
+        ("block_quant", ctypes.c_int32),
+        ("seed", ctypes.c_uint32),
+    ]
+
+
+class HopattnFp8FwdArgs(ctypes.Structure):
+    """struct hopattn_fp8_fwd_args: e4m3 q, k, v with optional fp32 descales."""
+
+    _fields_ = [
+        ("q", HopattnTensor),
+        ("k", HopattnTensor),
+        ("v", HopattnTensor),
+        ("q_descale", HopattnTensor),
+        ("k_descale", HopattnTensor),
+        ("v_descale", HopattnTensor),
+        ("out", HopattnTensor),
+        ("lse", HopattnTensor),
+        ("causal", ctypes.c_int32),
+        ("has_softmax_scale", ctypes.c_int32),
+        ("softmax_scale", ctypes.c_float),
+    ]
+
+
+class HopattnFp8QuantizeArgs(ctypes.Structure):
+    """struct hopattn_fp8_quantize_args."""
+
+    _fields_ = [
+        ("in_", HopattnTensor),  # `in` in C; a Python keyword
+        ("out", HopattnTensor),
+        ("descale", HopattnTensor),
+        ("rotate", ctypes.c_int32),
+        ("block_quant", ctypes.c_int32),
+        ("seed", ctypes.c_uint32),
     ]
 
 
@@ -149,6 +203,10 @@ def _declare(lib):
     """Set argtypes/restype so ctypes neither truncates pointers nor guesses int returns."""
     args_p = ctypes.POINTER(HopattnFwdArgs)
     bwd_args_p = ctypes.POINTER(HopattnBwdArgs)
+    fp8_attn_p = ctypes.POINTER(HopattnFp8AttentionArgs)
+    fp8_fwd_p = ctypes.POINTER(HopattnFp8FwdArgs)
+    fp8_quant_p = ctypes.POINTER(HopattnFp8QuantizeArgs)
+    workspace_call = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]  # workspace, bytes, stream
     sigs = {
         "hopattn_abi_version": ([], ctypes.c_int),
         "hopattn_version": ([], ctypes.c_char_p),
@@ -162,6 +220,11 @@ def _declare(lib):
         "hopattn_backward_workspace_size": ([bwd_args_p], ctypes.c_size_t),
         "hopattn_backward": ([bwd_args_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p], ctypes.c_int),
         "hopattn_backward_cpu": ([bwd_args_p], ctypes.c_int),
+        "hopattn_attention_fp8_workspace_size": ([fp8_attn_p], ctypes.c_size_t),
+        "hopattn_attention_fp8": ([fp8_attn_p, *workspace_call], ctypes.c_int),
+        "hopattn_forward_fp8_workspace_size": ([fp8_fwd_p], ctypes.c_size_t),
+        "hopattn_forward_fp8": ([fp8_fwd_p, *workspace_call], ctypes.c_int),
+        "hopattn_quantize_fp8": ([fp8_quant_p, ctypes.c_void_p], ctypes.c_int),
     }
     for name, (argtypes, restype) in sigs.items():
         fn = getattr(lib, name)
@@ -181,8 +244,11 @@ def load():
                 lib = ctypes.CDLL(str(path))
             except OSError as e:
                 raise LibraryNotFoundError(f"could not load {path}: {e}") from e
+            # The version first: a stale library lacks newer symbols, and "ABI version 2, expected 3"
+            # says more than the first missing symbol would.
             try:
-                _declare(lib)
+                lib.hopattn_abi_version.argtypes = []
+                lib.hopattn_abi_version.restype = ctypes.c_int
             except AttributeError as e:
                 raise LibraryNotFoundError(f"{path} is missing a hopattn C ABI symbol: {e}") from e
             abi = lib.hopattn_abi_version()
@@ -191,6 +257,10 @@ def load():
                     f"{path} has C ABI version {abi}, but this Python package expects {ABI_VERSION}; "
                     "rebuild the library or reinstall the package"
                 )
+            try:
+                _declare(lib)
+            except AttributeError as e:
+                raise LibraryNotFoundError(f"{path} is missing a hopattn C ABI symbol: {e}") from e
             _lib_path = path
             _lib = lib
     return _lib
@@ -260,3 +330,55 @@ def make_bwd_args(q, k, v, out, dout, lse, dq, dk, dv, causal: bool, softmax_sca
     return HopattnBwdArgs(
         q, k, v, out, dout, lse, dq, dk, dv, 1 if causal else 0, has_scale, scale, 1 if deterministic else 0
     )
+
+
+def _scale_fields(softmax_scale):
+    return (0, 0.0) if softmax_scale is None else (1, float(softmax_scale))
+
+
+def make_fp8_attention_args(q, k, v, out, lse, causal: bool, softmax_scale, incoherent: bool, block_quant: bool,
+                            seed: int) -> HopattnFp8AttentionArgs:
+    """Pack HopattnTensors into HopattnFp8AttentionArgs; lse may be None (not computed)."""
+    has_scale, scale = _scale_fields(softmax_scale)
+    return HopattnFp8AttentionArgs(
+        q, k, v, out, HopattnTensor() if lse is None else lse, 1 if causal else 0, has_scale, scale,
+        1 if incoherent else 0, 1 if block_quant else 0, seed,
+    )
+
+
+def make_fp8_fwd_args(q, k, v, q_descale, k_descale, v_descale, out, lse, causal: bool, softmax_scale) -> HopattnFp8FwdArgs:
+    """Pack HopattnTensors into HopattnFp8FwdArgs; the descales and lse may be None (left out:
+    a missing descale means 1, a missing lse is not computed)."""
+    absent = HopattnTensor
+    has_scale, scale = _scale_fields(softmax_scale)
+    return HopattnFp8FwdArgs(
+        q, k, v,
+        absent() if q_descale is None else q_descale,
+        absent() if k_descale is None else k_descale,
+        absent() if v_descale is None else v_descale,
+        out,
+        absent() if lse is None else lse,
+        1 if causal else 0, has_scale, scale,
+    )
+
+
+def make_fp8_quantize_args(in_, out, descale, rotate: bool, block_quant: bool, seed: int) -> HopattnFp8QuantizeArgs:
+    return HopattnFp8QuantizeArgs(in_, out, descale, 1 if rotate else 0, 1 if block_quant else 0, seed)
+
+
+# torch dtype -> enum hopattn_dtype, for every dtype the C ABI names (e4m3 only where this torch
+# has torch.float8_e4m3fn). Built on first use from the torch module passed in: this module never
+# imports torch.
+_torch_codes = (None, None)  # (torch module, {dtype: code})
+
+
+def torch_dtype_codes(torch) -> dict:
+    global _torch_codes
+    module, codes = _torch_codes
+    if module is not torch:
+        codes = {torch.bfloat16: DTYPE_BF16, torch.float16: DTYPE_FP16, torch.float32: DTYPE_FP32, torch.int32: DTYPE_INT32}
+        e4m3 = getattr(torch, "float8_e4m3fn", None)
+        if e4m3 is not None:
+            codes[e4m3] = DTYPE_E4M3
+        _torch_codes = (torch, codes)
+    return codes

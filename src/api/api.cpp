@@ -24,11 +24,15 @@ const char* dtype_name(DType t) {
     case DType::kFP16: return "fp16";
     case DType::kFP32: return "fp32";
     case DType::kInt32: return "int32";
+    case DType::kE4M3: return "e4m3";
   }
   return "unknown";
 }
 
-std::size_t dtype_size(DType t) { return t == DType::kFP32 || t == DType::kInt32 ? 4 : 2; }
+std::size_t dtype_size(DType t) {
+  if (t == DType::kE4M3) return 1;
+  return t == DType::kFP32 || t == DType::kInt32 ? 4 : 2;
+}
 
 TensorRef make_tensor(void* data, DType dtype, int64_t d0, int64_t d1, int64_t d2, int64_t d3) {
   TensorRef t;

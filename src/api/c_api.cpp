@@ -16,7 +16,7 @@ int finish(const hopattn::Result& r) {
 }
 
 bool to_tensor(const hopattn_tensor& c, const char* name, hopattn::TensorRef* t) {
-  if (c.dtype < HOPATTN_BF16 || c.dtype > HOPATTN_FP32) {
+  if (c.dtype < HOPATTN_BF16 || c.dtype > HOPATTN_E4M3) {
     g_last_error = std::string(name) + ": unknown dtype code " + std::to_string(c.dtype);
     return false;
   }
@@ -65,6 +65,55 @@ int to_args(const hopattn_bwd_args* a, hopattn::BackwardArgs* out) {
   out->causal = a->causal != 0;
   if (a->has_softmax_scale) out->softmax_scale = a->softmax_scale;
   out->deterministic = a->deterministic != 0;
+  return HOPATTN_SUCCESS;
+}
+
+// An optional tensor: left out when data is NULL and ndim is 0 (else converted and validated later).
+bool to_optional_tensor(const hopattn_tensor& c, const char* name, hopattn::TensorRef* t) {
+  if (c.data == nullptr && c.ndim == 0) return true;
+  return to_tensor(c, name, t);
+}
+
+bool null_args(const void* a) {
+  if (a != nullptr) return false;
+  g_last_error = "args is null";
+  return true;
+}
+
+int to_args(const hopattn_fp8_attention_args* a, hopattn::Fp8AttentionArgs* out) {
+  if (null_args(a)) return HOPATTN_INVALID_ARGUMENT;
+  if (!to_tensor(a->q, "q", &out->q) || !to_tensor(a->k, "k", &out->k) || !to_tensor(a->v, "v", &out->v) ||
+      !to_tensor(a->out, "out", &out->out) || !to_optional_tensor(a->lse, "lse", &out->lse))
+    return HOPATTN_INVALID_ARGUMENT;
+  out->causal = a->causal != 0;
+  if (a->has_softmax_scale) out->softmax_scale = a->softmax_scale;
+  out->incoherent = a->incoherent != 0;
+  out->block_quant = a->block_quant != 0;
+  out->seed = a->seed;
+  return HOPATTN_SUCCESS;
+}
+
+int to_args(const hopattn_fp8_fwd_args* a, hopattn::Fp8ForwardArgs* out) {
+  if (null_args(a)) return HOPATTN_INVALID_ARGUMENT;
+  if (!to_tensor(a->q, "q", &out->q) || !to_tensor(a->k, "k", &out->k) || !to_tensor(a->v, "v", &out->v) ||
+      !to_optional_tensor(a->q_descale, "q_descale", &out->q_descale) ||
+      !to_optional_tensor(a->k_descale, "k_descale", &out->k_descale) ||
+      !to_optional_tensor(a->v_descale, "v_descale", &out->v_descale) || !to_tensor(a->out, "out", &out->out) ||
+      !to_optional_tensor(a->lse, "lse", &out->lse))
+    return HOPATTN_INVALID_ARGUMENT;
+  out->causal = a->causal != 0;
+  if (a->has_softmax_scale) out->softmax_scale = a->softmax_scale;
+  return HOPATTN_SUCCESS;
+}
+
+int to_args(const hopattn_fp8_quantize_args* a, hopattn::Fp8QuantizeArgs* out) {
+  if (null_args(a)) return HOPATTN_INVALID_ARGUMENT;
+  if (!to_tensor(a->in, "in", &out->in) || !to_tensor(a->out, "out", &out->out) ||
+      !to_tensor(a->descale, "descale", &out->descale))
+    return HOPATTN_INVALID_ARGUMENT;
+  out->rotate = a->rotate != 0;
+  out->block_quant = a->block_quant != 0;
+  out->seed = a->seed;
   return HOPATTN_SUCCESS;
 }
 
@@ -119,6 +168,36 @@ int hopattn_backward_cpu(const hopattn_bwd_args* args) {
   hopattn::BackwardArgs a;
   if (int rc = to_args(args, &a); rc != HOPATTN_SUCCESS) return rc;
   return finish(hopattn::backward_cpu(a));
+}
+
+size_t hopattn_attention_fp8_workspace_size(const hopattn_fp8_attention_args* args) {
+  hopattn::Fp8AttentionArgs a;
+  if (to_args(args, &a) != HOPATTN_SUCCESS) return 0;
+  return hopattn::attention_fp8_workspace_size(a);
+}
+
+int hopattn_attention_fp8(const hopattn_fp8_attention_args* args, void* workspace, size_t workspace_bytes, void* stream) {
+  hopattn::Fp8AttentionArgs a;
+  if (int rc = to_args(args, &a); rc != HOPATTN_SUCCESS) return rc;
+  return finish(hopattn::attention_fp8(a, workspace, workspace_bytes, static_cast<cudaStream_t>(stream)));
+}
+
+size_t hopattn_forward_fp8_workspace_size(const hopattn_fp8_fwd_args* args) {
+  hopattn::Fp8ForwardArgs a;
+  if (to_args(args, &a) != HOPATTN_SUCCESS) return 0;
+  return hopattn::forward_fp8_workspace_size(a);
+}
+
+int hopattn_forward_fp8(const hopattn_fp8_fwd_args* args, void* workspace, size_t workspace_bytes, void* stream) {
+  hopattn::Fp8ForwardArgs a;
+  if (int rc = to_args(args, &a); rc != HOPATTN_SUCCESS) return rc;
+  return finish(hopattn::forward_fp8(a, workspace, workspace_bytes, static_cast<cudaStream_t>(stream)));
+}
+
+int hopattn_quantize_fp8(const hopattn_fp8_quantize_args* args, void* stream) {
+  hopattn::Fp8QuantizeArgs a;
+  if (int rc = to_args(args, &a); rc != HOPATTN_SUCCESS) return rc;
+  return finish(hopattn::quantize_fp8(a, static_cast<cudaStream_t>(stream)));
 }
 
 }  // extern "C"

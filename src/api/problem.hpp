@@ -57,7 +57,23 @@ struct AttnBackwardProblem {
   int64_t dv_stride[3] = {0, 0, 0};
 };
 
-enum class Backend { kSm90, kCudaReference, kCpu };
+// The validated FP8 forward problem. `base` describes the attention with base.dtype the output's
+// (bf16/fp16) and base.q/base.k the e4m3 tensors (base.v unused); the kernel reads V^T from `vt`
+// (sm90/fp8/layout.hpp). Descales: element (b, h, blk) at b*s[0] + h*s[1] + blk*s[2], with s[2] = 0
+// when there is one per head; a null pointer means 1.
+struct Fp8AttnProblem {
+  AttnProblem base;
+  const void* vt = nullptr;  // (batch, heads_kv, head_dim, vt_padded_seqlen(seqlen_k)) e4m3, contiguous
+  const float* q_descale = nullptr;
+  const float* k_descale = nullptr;
+  const float* v_descale = nullptr;
+  int64_t q_descale_stride[3] = {0, 0, 0};
+  int64_t k_descale_stride[3] = {0, 0, 0};
+  int64_t v_descale_stride[2] = {0, 0};
+};
+
+// kSm90Fp8: the FP8 forward (q/k/v e4m3, or 16-bit for attention_fp8; out bf16/fp16).
+enum class Backend { kSm90, kCudaReference, kCpu, kSm90Fp8 };
 
 // The softmax scale a call asked for, or the default 1/sqrt(head_dim).
 inline float resolve_softmax_scale(const std::optional<float>& asked, int64_t head_dim) {
@@ -79,6 +95,19 @@ Result validate_forward(const ForwardArgs& args, Backend backend, AttnProblem* p
 // The same for backward (backend kSm90 or kCpu): q/k/v/out checked as in validate_forward, then
 // dout like out, dq/dk/dv like q/k/v, lse required for kSm90 (optional for kCpu).
 Result validate_backward(const BackwardArgs& args, Backend backend, AttnBackwardProblem* problem);
+
+// One (batch, seqlen, heads, head_dim) tensor's layout rules as validate_forward applies them
+// (4 dims, non-negative sizes and strides, contiguous head_dim, non-null data, and for the GPU
+// backends 16-byte aligned base and leading strides). Messages name it `name`.
+Result check_tensor_layout(const char* name, const TensorRef& t, Backend backend);
+
+// FP8: the forward checks (Backend::kSm90Fp8), then the descales (shape, fp32, contiguous, aligned).
+Result validate_forward_fp8(const Fp8ForwardArgs& args, Fp8AttnProblem* problem);
+// attention_fp8: q/k/v/out 16-bit as forward, head_dim a power of two when incoherent.
+Result validate_attention_fp8(const Fp8AttentionArgs& args, AttnProblem* problem);
+// quantize_fp8: in 16-bit (batch, seqlen, heads, head_dim), out e4m3 of the same sizes, descale fp32
+// (batch, heads, nblocks) contiguous.
+Result validate_quantize_fp8(const Fp8QuantizeArgs& args);
 
 // The validated varlen forward problem (VarlenForwardArgs): packed (total, heads, head_dim) q/k/v/out
 // with (token, head) strides and a contiguous head_dim; lse (heads_q, total_q) contiguous or null;

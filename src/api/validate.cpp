@@ -45,7 +45,7 @@ Result check_tensor(const char* name, const TensorRef& t, Backend backend) {
                 cat(name, ": last dim (head_dim) must be contiguous, got ", name, ".strides[3]=", t.strides[3]));
   if (numel(t) > 0 && t.data == nullptr)
     return fail(Status::kInvalidArgument, cat(name, ".data is null"));
-  if (backend == Backend::kSm90 && numel(t) > 0) {
+  if ((backend == Backend::kSm90 || backend == Backend::kSm90Fp8) && numel(t) > 0) {
     // 16-byte vector / TMA loads need aligned rows: base pointer and every leading stride.
     if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0)
       return fail(Status::kInvalidArgument, cat(name, ".data is not 16-byte aligned"));
@@ -59,12 +59,15 @@ Result check_tensor(const char* name, const TensorRef& t, Backend backend) {
   return {};
 }
 
+// kSm90Fp8: q/k/v e4m3 (forward_fp8) or 16-bit (attention_fp8, which quantises them itself).
 bool dtype_allowed(DType t, Backend backend) {
+  if (backend == Backend::kSm90Fp8) return t == DType::kBF16 || t == DType::kFP16 || t == DType::kE4M3;
   switch (t) {
     case DType::kBF16:
     case DType::kFP16: return true;
     case DType::kFP32: return backend == Backend::kCpu;
     case DType::kInt32: return false;  // index tensors only (cu_seqlens, seqused)
+    case DType::kE4M3: return false;   // forward_fp8 / quantize_fp8 only
   }
   return false;
 }
@@ -107,18 +110,27 @@ Result check_like(const char* name, const TensorRef& t, const char* like_name, c
 
 }  // namespace
 
+Result check_tensor_layout(const char* name, const TensorRef& t, Backend backend) { return check_tensor(name, t, backend); }
+
 Result validate_forward(const ForwardArgs& a, Backend backend, AttnProblem* p) {
   const struct { const char* name; const TensorRef* t; } tensors[] = {
       {"q", &a.q}, {"k", &a.k}, {"v", &a.v}, {"out", &a.out}};
+  const bool fp8 = backend == Backend::kSm90Fp8;
   for (const auto& [name, t] : tensors) {
     if (!dtype_allowed(t->dtype, backend))
       return fail(backend == Backend::kCpu || t->dtype == DType::kInt32 ? Status::kInvalidArgument : Status::kUnsupported,
                   cat(name, ": dtype ", dtype_name(t->dtype), " is not supported by this backend (",
-                      backend == Backend::kCpu ? "bf16, fp16, fp32" : "bf16, fp16", ")",
+                      backend == Backend::kCpu ? "bf16, fp16, fp32" : fp8 ? "e4m3, bf16, fp16" : "bf16, fp16", ")",
                       t->dtype == DType::kInt32 ? "; int32 is for index tensors (cu_seqlens, seqused) only" : ""));
   }
+  // FP8: out is bf16/fp16 whatever q is (e4m3 for forward_fp8; q's own dtype for attention_fp8).
+  if (fp8 && a.out.dtype == DType::kE4M3)
+    return fail(Status::kInvalidArgument, "out: dtype e4m3 is not an output dtype (bf16 or fp16)");
+  if (fp8 && a.q.dtype != DType::kE4M3 && a.out.dtype != a.q.dtype)
+    return fail(Status::kInvalidArgument,
+                cat("out: dtype ", dtype_name(a.out.dtype), " differs from q's ", dtype_name(a.q.dtype)));
   for (const auto& [name, t] : tensors)
-    if (t->dtype != a.q.dtype)
+    if (t->dtype != a.q.dtype && !(fp8 && t == &a.out))
       return fail(Status::kInvalidArgument,
                   cat(name, ": dtype ", dtype_name(t->dtype), " differs from q's ", dtype_name(a.q.dtype)));
   for (const auto& [name, t] : tensors)
@@ -147,11 +159,14 @@ Result validate_forward(const ForwardArgs& a, Backend backend, AttnProblem* p) {
   if (backend == Backend::kSm90 && !has_forward_kernel(a.q.dtype, static_cast<int>(d)))
     return fail(Status::kUnsupported, cat("head_dim ", d, " with dtype ", dtype_name(a.q.dtype),
                                           " has no sm90 kernel in this build (built: ", build_instantiation_list(), ")"));
+  if (fp8 && !has_fp8_kernel(a.out.dtype, static_cast<int>(d)))
+    return fail(Status::kUnsupported, cat("head_dim ", d, " with output dtype ", dtype_name(a.out.dtype),
+                                          " has no FP8 kernel in this build (built: ", build_instantiation_list(), ")"));
   if (backend == Backend::kCudaReference && d > kMaxReferenceHeadDim)
     return fail(Status::kUnsupported, cat("head_dim ", d, " exceeds the CUDA reference's limit of ", kMaxReferenceHeadDim));
 
   p->batch = batch; p->seqlen_q = sq; p->seqlen_k = sk; p->heads_q = hq; p->heads_kv = hkv; p->head_dim = d;
-  p->dtype = a.q.dtype;
+  p->dtype = fp8 ? a.out.dtype : a.q.dtype;  // FP8: the output's (the kernel's instantiation key)
   p->causal = a.causal;
   p->scale = resolve_softmax_scale(a.softmax_scale, d);
   p->q = a.q.data; p->k = a.k.data; p->v = a.v.data; p->out = a.out.data;

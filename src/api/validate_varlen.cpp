@@ -34,6 +34,7 @@ bool data_dtype_allowed(DType t, Backend backend) {
     case DType::kFP16: return true;
     case DType::kFP32: return backend == Backend::kCpu;
     case DType::kInt32: return false;
+    case DType::kE4M3: return false;
   }
   return false;
 }

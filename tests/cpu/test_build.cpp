@@ -26,14 +26,14 @@ std::vector<std::string> split(const std::string& s, char sep) {
   return parts;
 }
 
-// "fwd|bwd:<dtype>:<head_dim>"; fails the test on any other shape.
+// "fwd|bwd|fp8:<dtype>:<head_dim>" (fp8: the output dtype); fails the test on any other shape.
 std::vector<Instantiation> parse_instantiations() {
   std::vector<Instantiation> out;
   for (const std::string& entry : split(build_instantiations(), ',')) {
     const std::vector<std::string> f = split(entry, ':');
     EXPECT_EQ(f.size(), 3u) << "malformed entry '" << entry << "'";
     if (f.size() != 3) continue;
-    EXPECT_TRUE(f[0] == "fwd" || f[0] == "bwd") << entry;
+    EXPECT_TRUE(f[0] == "fwd" || f[0] == "bwd" || f[0] == "fp8") << entry;
     EXPECT_TRUE(f[1] == "bf16" || f[1] == "fp16") << entry;
     EXPECT_FALSE(f[2].empty()) << entry;
     EXPECT_EQ(f[2].find_first_not_of("0123456789"), std::string::npos) << entry;
@@ -70,6 +70,14 @@ TEST(Build, EveryListedKernelIsInTheDispatchTable) {
       EXPECT_NE(find_forward_kernel(t, e.head_dim), nullptr) << e.dtype << ":" << e.head_dim;
       continue;
     }
+    if (e.direction == "fp8") {
+      const Fp8KernelEntry* k = find_fp8_kernel(t, e.head_dim);
+      ASSERT_NE(k, nullptr) << "fp8:" << e.dtype << ":" << e.head_dim << " is listed but not dispatchable";
+      EXPECT_EQ(k->dtype, t);
+      EXPECT_EQ(k->head_dim, e.head_dim);
+      EXPECT_NE(k->launch, nullptr);
+      continue;
+    }
     const FwdKernelEntry* k = find_forward_kernel(t, e.head_dim);
     ASSERT_NE(k, nullptr) << e.dtype << ":" << e.head_dim << " is listed but not dispatchable";
     EXPECT_EQ(k->dtype, t);
@@ -92,7 +100,12 @@ TEST(Build, UnlistedKernelsAreNotFound) {
       const bool bwd_listed =
           list.find(std::string(",bwd:") + dtype_name(t) + ":" + std::to_string(d) + ",") != std::string::npos;
       EXPECT_EQ(has_backward_kernel(t, d), bwd_listed) << "bwd " << dtype_name(t) << ":" << d;
+      const bool fp8_listed =
+          list.find(std::string(",fp8:") + dtype_name(t) + ":" + std::to_string(d) + ",") != std::string::npos;
+      EXPECT_EQ(has_fp8_kernel(t, d), fp8_listed) << "fp8 " << dtype_name(t) << ":" << d;
     }
+  EXPECT_EQ(find_fp8_kernel(DType::kBF16, 96), nullptr);
+  EXPECT_EQ(find_fp8_kernel(DType::kE4M3, 128), nullptr);  // keyed by the output dtype
   EXPECT_EQ(find_backward_kernel(DType::kBF16, 96), nullptr);
   EXPECT_EQ(find_backward_kernel(DType::kFP32, 128), nullptr);
 }

@@ -18,7 +18,7 @@ namespace hopattn::sm90::ws {
 
 template <class Cfg, class Mainloop>
 struct FwdEpilogue {
-  using Element = typename Cfg::Element;
+  using Element = typename Cfg::OutElement;  // of O (the inputs' type, or bf16/fp16 for FP8)
   static constexpr int kBlockM = Cfg::kBlockM, kHeadDim = Cfg::kHeadDim;
   using HD = cute::Int<kHeadDim>;
   using SmemLayoutO = typename Mainloop::SmemLayoutOWarpGroup;  // one warpgroup's 64 x head_dim tile
@@ -74,7 +74,10 @@ struct FwdEpilogue {
       cutlass::arch::NamedBarrier::sync(128, barrier_id(FwdBarrier::kEpilogueWG0, wg));
     }
     // Registers -> smem with stmatrix (8x8 16-bit tiles, matching the accumulator ownership).
-    Element* o_buffer = Cfg::kSeparateO ? ss.o.data() : ss.q.data();
+    Element* o_buffer = [&] {
+      if constexpr (Cfg::kSeparateO) return ss.o.data();
+      else return ss.q.data();
+    }();
     Tensor sO = make_tensor(make_smem_ptr(o_buffer + wg * cosize_v<SmemLayoutO>), SmemLayoutO{});
     Tensor tOrO16 = make_tensor_like<Element>(tOrO);
     convert_fragment(tOrO, tOrO16);

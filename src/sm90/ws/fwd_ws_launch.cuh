@@ -18,20 +18,20 @@
 
 namespace hopattn::sm90::ws {
 
-// Launches one configuration; kFlags picks the stage (kStageA/B/C in tile_shape.hpp).
-template <DType kDType, int kHeadDim, bool kCausal, unsigned kFlags, int kBlockNOverride = 0>
-cudaError_t launch_fwd_ws(const AttnProblem& pr, cudaStream_t stream) {
-  using Cfg = FwdWsConfig<kDType, kHeadDim, kCausal, kFlags, kBlockNOverride>;
+// Launches the kernel of one configuration Cfg (FwdWsConfig or Fp8FwdConfig) on a validated
+// problem (AttnProblem, or Fp8AttnProblem whose .base it describes).
+template <class Cfg, class Problem>
+cudaError_t launch_ws_config(const Problem& prob, const AttnProblem& pr, cudaStream_t stream) {
   using K = FwdWsKernel<Cfg>;
 
   typename K::Params params{};
-  params.mainloop = K::Mainloop::make_params(pr);
+  params.mainloop = K::Mainloop::make_params(prob);
   params.epilogue = K::Epilogue::make_params(pr);
   const int64_t num_m_blocks = (pr.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM;
   // Half the int range: the scheduler computes indices up to num_tiles + 2 * grid.
   if (num_m_blocks * pr.heads_q * pr.batch > INT_MAX / 2) return cudaErrorInvalidConfiguration;
   params.order = {int(num_m_blocks), int(pr.heads_q), int(pr.batch), false};
-  if constexpr (kCausal) params.order.snake = heuristics::causal_snake_order(pr.seqlen_q);
+  if constexpr (Cfg::kCausalMask) params.order.snake = heuristics::causal_snake_order(pr.seqlen_q);
 
   int grid = params.order.num_tiles();
   if constexpr (Cfg::kPersistent) {
@@ -44,6 +44,19 @@ cudaError_t launch_fwd_ws(const AttnProblem& pr, cudaStream_t stream) {
   if (cudaError_t e = set_max_dynamic_smem_once<&fwd_ws_kernel<Cfg>>(K::kSmemBytes); e != cudaSuccess) return e;
   fwd_ws_kernel<Cfg><<<grid, Cfg::kNumThreads, K::kSmemBytes, stream>>>(params);
   return cudaGetLastError();
+}
+
+// Launches one configuration; kFlags picks the stage (kStageA/B/C in tile_shape.hpp).
+template <DType kDType, int kHeadDim, bool kCausal, unsigned kFlags, int kBlockNOverride = 0>
+cudaError_t launch_fwd_ws(const AttnProblem& pr, cudaStream_t stream) {
+  return launch_ws_config<FwdWsConfig<kDType, kHeadDim, kCausal, kFlags, kBlockNOverride>>(pr, pr, stream);
+}
+
+// Sequence, head and tile indices are 32-bit in the kernel (TMA coordinates are 32-bit too); the
+// halved range keeps row + seqlen_k - seqlen_q from overflowing in the causal limit.
+inline bool ws_indices_fit(const AttnProblem& pr) {
+  constexpr int64_t kMaxIndex = INT_MAX / 2;
+  return pr.seqlen_q <= kMaxIndex && pr.seqlen_k <= kMaxIndex && pr.heads_q <= kMaxIndex && pr.batch <= kMaxIndex;
 }
 
 #ifndef HOPATTN_WS_STAGE
@@ -59,11 +72,7 @@ cudaError_t run_fwd_ws(const AttnProblem& pr, cudaStream_t stream) {
     return cudaErrorNotSupported;
   } else {
     if (pr.dtype != kDType || pr.head_dim != kHeadDim) return cudaErrorInvalidValue;
-    // Sequence, head and tile indices are 32-bit in the kernel (TMA coordinates are 32-bit too);
-    // the halved range keeps row + seqlen_k - seqlen_q from overflowing in the causal limit.
-    constexpr int64_t kMaxIndex = INT_MAX / 2;
-    if (pr.seqlen_q > kMaxIndex || pr.seqlen_k > kMaxIndex || pr.heads_q > kMaxIndex || pr.batch > kMaxIndex)
-      return cudaErrorNotSupported;
+    if (!ws_indices_fit(pr)) return cudaErrorNotSupported;
     if (pr.causal) return launch_fwd_ws<kDType, kHeadDim, true, kFlags, kBlockNOverride>(pr, stream);
     if constexpr (kHeadDim == 128 && kBlockNOverride == 0) {
       switch (heuristics::d128_noncausal_key_tile(pr.seqlen_k)) {

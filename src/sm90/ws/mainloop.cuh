@@ -11,6 +11,7 @@
 #include <cutlass/pipeline/pipeline.hpp>
 
 #include "api/problem.hpp"
+#include "sm90/fp8/layout.hpp"
 #include "sm90/ws/fragment_layout.cuh"
 #include "sm90/ws/mask.cuh"
 #include "sm90/ws/named_barriers.hpp"
@@ -38,9 +39,51 @@ __device__ __forceinline__ void wgmma_issue(TiledMma& mma, TA& a, const TB& b, T
   if constexpr (kRegA) warpgroup_fence_operand(a);
 }
 
+// The FP8 P operand: an m64nNk32 e4m3 WGMMA's A fragment is ((4 k, 2 rows, 2 k-halves), MMA_M,
+// N/32) per thread, holding columns 4t..4t+3 and 16+4t..16+4t+3 of each 32. The fp32 accumulator
+// holds columns 2t, 2t+1 (+8j). Rather than exchanging bytes between threads, each thread packs its
+// own four columns {2t, 2t+1, 8+2t, 9+2t} of each 16 into A positions 4t..4t+3; V^T's keys are
+// stored in the matching order (fp8::vt_key_position), so the sum over keys is unchanged.
+template <int kBlockN>
+__device__ __forceinline__ auto make_fp8_p_fragment() {
+  using namespace cute;
+  return cute::make_tensor<cutlass::float_e4m3_t>(Layout<Shape<Shape<_4, _2, _2>, _1, Int<kBlockN / 32>>>{});
+}
+template <class FragS, class FragP>
+__device__ __forceinline__ void convert_p_fp8(const FragS& tSrS, FragP& tOrP) {
+  using namespace cute;
+  constexpr int kChunks = decltype(size<2>(tOrP))::value;
+  Tensor ordered = cute::make_tensor<float>(tOrP.layout());
+  CUTE_UNROLL
+  for (int kk = 0; kk < kChunks; ++kk) {
+    CUTE_UNROLL
+    for (int h = 0; h < 2; ++h) {
+      CUTE_UNROLL
+      for (int rh = 0; rh < 2; ++rh) {
+        CUTE_UNROLL
+        for (int i = 0; i < 4; ++i)
+          ordered(make_coord(i, rh, h), 0, kk) = tSrS(make_coord(i & 1, rh, 4 * kk + 2 * h + (i >> 1)), 0, 0);
+      }
+    }
+  }
+  convert_fragment(ordered, tOrP);  // cvt.rn.satfinite.e4m3x2.f32: P in [0, 1] never saturates
+}
+
+// The widest K-major swizzle atom whose row (128, 64 or 32 bytes) divides a row of kCols elements.
+template <class Element, int kCols>
+constexpr auto k_major_smem_atom() {
+  using namespace cute;
+  constexpr int kRowBytes = kCols * int(sizeof_bits<Element>::value) / 8;
+  if constexpr (kRowBytes % 128 == 0) return GMMA::Layout_K_SW128_Atom<Element>{};
+  else if constexpr (kRowBytes % 64 == 0) return GMMA::Layout_K_SW64_Atom<Element>{};
+  else return GMMA::Layout_K_SW32_Atom<Element>{};
+}
+
 template <class Cfg>
 struct FwdMainloop {
   using Element = typename Cfg::Element;
+  using OutElement = typename Cfg::OutElement;
+  static constexpr bool kFp8 = Cfg::kFp8;
   static constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kHeadDim = Cfg::kHeadDim;
   static constexpr int kStages = Cfg::kStages;
   using BM = cute::Int<kBlockM>;
@@ -54,23 +97,31 @@ struct FwdMainloop {
   // Q's swizzle atoms (8 rows x 64 columns) are laid out along head_dim first, so every 64-row
   // warpgroup slice is one contiguous block: the epilogue reuses a warpgroup's slice for its O tile
   // (and TMA-stores it) while other warpgroups may still be reading their Q rows.
-  using SmemLayoutQ = decltype(cute::tile_to_shape(cute::GMMA::Layout_K_SW128_Atom<Element>{}, cute::Shape<BM, HD>{},
-                                                   cute::Step<cute::_2, cute::_1>{}));
-  using SmemLayoutOWarpGroup = decltype(cute::tile_to_shape(cute::GMMA::Layout_K_SW128_Atom<Element>{},
+  // The swizzle atom is the widest whose row fits head_dim: 128 bytes for every 16-bit case and
+  // for e4m3 at d >= 128; e4m3 d64 rows are 64 bytes and take the 64-byte swizzle.
+  using AtomLayoutQK = decltype(k_major_smem_atom<Element, kHeadDim>());
+  using SmemLayoutQ = decltype(cute::tile_to_shape(AtomLayoutQK{}, cute::Shape<BM, HD>{}, cute::Step<cute::_2, cute::_1>{}));
+  using SmemLayoutOWarpGroup = decltype(cute::tile_to_shape(cute::GMMA::Layout_K_SW128_Atom<OutElement>{},
                                                             cute::Shape<cute::_64, HD>{}, cute::Step<cute::_2, cute::_1>{}));
-  using SmemLayoutK = decltype(cute::tile_to_shape(cute::GMMA::Layout_K_SW128_Atom<Element>{},
-                                                   cute::Shape<BN, HD, cute::Int<kStages>>{}));
-  // V's atoms (64 head_dim x 8 keys) run along keys first, so one TMA box covers 64 head_dim
-  // columns of all kBlockN keys (head_dim-first order would cut boxes to 8 keys each).
-  using SmemLayoutVt = decltype(cute::tile_to_shape(cute::GMMA::Layout_MN_SW128_Atom<Element>{},
-                                                    cute::Shape<HD, BN, cute::Int<kStages>>{},
-                                                    cute::Step<cute::_2, cute::_1, cute::_3>{}));
+  using SmemLayoutK = decltype(cute::tile_to_shape(AtomLayoutQK{}, cute::Shape<BN, HD, cute::Int<kStages>>{}));
+  // 16-bit: V's atoms (64 head_dim x 8 keys) run along keys first, so one TMA box covers 64
+  // head_dim columns of all kBlockN keys (head_dim-first order would cut boxes to 8 keys each).
+  // e4m3: V^T arrives keys-contiguous (K-major, what FP8 WGMMA requires), 128 keys per row.
+  static constexpr auto smem_layout_vt() {
+    using namespace cute;
+    if constexpr (kFp8)
+      return tile_to_shape(k_major_smem_atom<Element, kBlockN>(), Shape<HD, BN, Int<kStages>>{});
+    else
+      return tile_to_shape(GMMA::Layout_MN_SW128_Atom<Element>{}, Shape<HD, BN, Int<kStages>>{}, Step<_2, _1, _3>{});
+  }
+  using SmemLayoutVt = decltype(smem_layout_vt());
 
   // One 64-row WGMMA atom per consumer warpgroup, stacked along M.
   using WarpGroupsAlongM = cute::Layout<cute::Shape<cute::Int<Cfg::kNumConsumerWG>, cute::_1, cute::_1>>;
   using AtomQK = decltype(cute::GMMA::ss_op_selector<Element, Element, float, cute::Shape<cute::_64, BN, HD>>());
   using AtomPV = decltype(cute::GMMA::rs_op_selector<Element, Element, float, cute::Shape<cute::_64, HD, BN>,
-                                                     cute::GMMA::Major::K, cute::GMMA::Major::MN>());
+                                                     cute::GMMA::Major::K,
+                                                     kFp8 ? cute::GMMA::Major::K : cute::GMMA::Major::MN>());
   using TiledMmaQK = decltype(cute::make_tiled_mma(AtomQK{}, WarpGroupsAlongM{}));
   using TiledMmaPV = decltype(cute::make_tiled_mma(AtomPV{}, WarpGroupsAlongM{}));
   static_assert(cute::size<1>(typename TiledMmaQK::AtomShape_MNK{}) == kBlockN,
@@ -89,7 +140,9 @@ struct FwdMainloop {
                                             cute::Shape<BM, HD>{}, cute::_1{}));
   using TmaK = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GTensor<GStrideRows>{},
                                             cute::take<0, 2>(SmemLayoutK{}), cute::Shape<BN, HD>{}, cute::_1{}));
-  using TmaV = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GTensor<GStrideCols>{},
+  // V as (head_dim, keys): 16-bit V is head_dim-contiguous; FP8's V^T is keys-contiguous.
+  using GStrideV = std::conditional_t<kFp8, GStrideRows, GStrideCols>;
+  using TmaV = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GTensor<GStrideV>{},
                                             cute::take<0, 2>(SmemLayoutVt{}), cute::Shape<HD, BN>{}, cute::_1{}));
 
   static constexpr uint32_t kQBytes = kBlockM * kHeadDim * sizeof(Element);
@@ -104,11 +157,20 @@ struct FwdMainloop {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> k;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutVt>, 1024> v;
     // O on its way to gmem when Cfg::kSeparateO (else O reuses q after the tile's last S GEMM).
-    cute::array_aligned<Element, Cfg::kSeparateO ? cute::cosize_v<SmemLayoutQ> : 0, 1024> o;
+    cute::array_aligned<OutElement, Cfg::kSeparateO ? cute::cosize_v<SmemLayoutQ> : 0, 1024> o;
     typename Pipeline::SharedStorage pipe_k;
     typename Pipeline::SharedStorage pipe_v;
     uint64_t barrier_q;  // ClusterTransactionBarrier storage: Q arrived
   };
+
+  // FP8 descales (Fp8AttnProblem's), absent from the 16-bit kernels' parameters.
+  struct Descales {
+    const float* q;
+    const float* k;
+    const float* v;
+    int64_t q_stride[3], k_stride[3], v_stride[2];
+  };
+  struct NoDescales {};
 
   struct Params {
     TmaQ tma_q;
@@ -116,24 +178,45 @@ struct FwdMainloop {
     TmaV tma_v;
     int seqlen_q, seqlen_k, heads_q, heads_kv, batch, group;
     float scale, scale_log2;
+    std::conditional_t<kFp8, Descales, NoDescales> descale;
   };
 
-  static Params make_params(const AttnProblem& pr) {
+  template <class Problem>  // AttnProblem, or Fp8AttnProblem for the FP8 kernel
+  static Params make_params(const Problem& prob) {
     using namespace cute;
+    const AttnProblem& pr = attn_problem(prob);
     const int sq = int(pr.seqlen_q), sk = int(pr.seqlen_k), hq = int(pr.heads_q), hk = int(pr.heads_kv);
     const int b = int(pr.batch);
     auto mQ = make_tensor(make_gmem_ptr(static_cast<const Element*>(pr.q)), make_shape(sq, kHeadDim, hq, b),
                           make_stride(pr.q_stride[1], _1{}, pr.q_stride[2], pr.q_stride[0]));
     auto mK = make_tensor(make_gmem_ptr(static_cast<const Element*>(pr.k)), make_shape(sk, kHeadDim, hk, b),
                           make_stride(pr.k_stride[1], _1{}, pr.k_stride[2], pr.k_stride[0]));
-    auto mVt = make_tensor(make_gmem_ptr(static_cast<const Element*>(pr.v)), make_shape(kHeadDim, sk, hk, b),
+    auto mVt = [&] {
+      if constexpr (kFp8) {
+        // The padded extent, not seqlen_k: the key permutation puts some real keys of the last
+        // group of 16 at columns >= seqlen_k, which TMA must not clip.
+        const int64_t sp = fp8::vt_padded_seqlen(pr.seqlen_k);
+        return make_tensor(make_gmem_ptr(static_cast<const Element*>(prob.vt)), make_shape(kHeadDim, int(sp), hk, b),
+                           make_stride(sp, _1{}, kHeadDim * sp, hk * kHeadDim * sp));
+      } else {
+        return make_tensor(make_gmem_ptr(static_cast<const Element*>(pr.v)), make_shape(kHeadDim, sk, hk, b),
                            make_stride(_1{}, pr.v_stride[1], pr.v_stride[2], pr.v_stride[0]));
+      }
+    }();
     Params p{make_tma_copy(SM90_TMA_LOAD{}, mQ, SmemLayoutQ{}, Shape<BM, HD>{}, _1{}),
              make_tma_copy(SM90_TMA_LOAD{}, mK, take<0, 2>(SmemLayoutK{}), Shape<BN, HD>{}, _1{}),
              make_tma_copy(SM90_TMA_LOAD{}, mVt, take<0, 2>(SmemLayoutVt{}), Shape<HD, BN>{}, _1{}),
-             sq, sk, hq, hk, b, int(pr.group()), pr.scale, pr.scale * 1.4426950408889634f};
+             sq, sk, hq, hk, b, int(pr.group()), pr.scale, pr.scale * 1.4426950408889634f, {}};
+    if constexpr (kFp8) {
+      p.descale = {prob.q_descale, prob.k_descale, prob.v_descale,
+                   {prob.q_descale_stride[0], prob.q_descale_stride[1], prob.q_descale_stride[2]},
+                   {prob.k_descale_stride[0], prob.k_descale_stride[1], prob.k_descale_stride[2]},
+                   {prob.v_descale_stride[0], prob.v_descale_stride[1]}};
+    }
     return p;
   }
+  static const AttnProblem& attn_problem(const AttnProblem& pr) { return pr; }
+  static const AttnProblem& attn_problem(const Fp8AttnProblem& pr) { return pr.base; }
 
   // ---- producer (one thread of the producer warp) -------------------------------------------------
 
@@ -188,7 +271,22 @@ struct FwdMainloop {
 
   using Mask = FwdMask<kBlockM, kBlockN, Cfg::kCausalMask>;
   static constexpr int kRowsPerThread = 2;  // rows of a 64-row WGMMA accumulator held per thread
-  using Softmax = OnlineSoftmax<kRowsPerThread>;
+  using Softmax = std::conditional_t<kFp8, BlockScaledSoftmax<kRowsPerThread>, OnlineSoftmax<kRowsPerThread>>;
+
+  // The softmax state of one tile; FP8 folds the tile's q descale into the exponent multiplier
+  // and keeps where its key blocks' descales are.
+  __device__ static Softmax make_softmax(const Params& p, int m_block, int head, int batch) {
+    if constexpr (kFp8) {
+      const Descales& d = p.descale;
+      const int kv = head / p.group;
+      const float qd = d.q == nullptr ? 1.f : __ldg(d.q + batch * d.q_stride[0] + head * d.q_stride[1] + m_block * d.q_stride[2]);
+      const float vd = d.v == nullptr ? 1.f : __ldg(d.v + batch * d.v_stride[0] + kv * d.v_stride[1]);
+      const float* kd = d.k == nullptr ? nullptr : d.k + batch * d.k_stride[0] + kv * d.k_stride[1];
+      return Softmax(p.scale_log2 * qd, kd, d.k_stride[2], vd);
+    } else {
+      return Softmax(p.scale_log2);
+    }
+  }
 
   // Hands the tensor cores to the next consumer warpgroup (ping-pong). Warpgroup w waits on its
   // own turn barrier before issuing GEMMs and passes the turn on right after issuing them, so its
@@ -230,20 +328,32 @@ struct FwdMainloop {
     auto s_rc = acc_rowcol(tSrS);
     auto c_rc = acc_rowcol(tScS);
     auto o_rc = acc_rowcol(tOrO);
-    Tensor tOrP = cute::make_tensor<Element>(acc_to_a_operand_layout(tSrS.layout()));
+    auto tOrP = [&] {
+      if constexpr (kFp8) return make_fp8_p_fragment<kBlockN>();
+      else return cute::make_tensor<Element>(acc_to_a_operand_layout(tSrS.layout()));
+    }();
     const Mask mask{p.seqlen_q, p.seqlen_k};
     const GemmTurn turn{thread_idx / 128};
 
-    auto to_p = [&]() { convert_fragment(tSrS, tOrP); };  // P = 16-bit(S) as the A operand
+    auto to_p = [&]() {  // P = 16-bit or e4m3 (S) as the A operand
+      if constexpr (kFp8) convert_p_fp8(tSrS, tOrP);
+      else convert_fragment(tSrS, tOrP);
+    };
     auto q_read_done = [&](int n) {  // call once S of block n has completed
       if constexpr (Cfg::kEarlyQ) {
         if (n == 0)
           cutlass::arch::NamedBarrier::arrive(Cfg::kNumMmaThreads + 32, barrier_id(FwdBarrier::kQueryEmpty));
       }
     };
+    // FP8: the key block's exponent multiplier, loaded before its S GEMM is waited for.
+    float block_c = 0.f;
+    auto load_block_scale = [&](int n_block) {
+      if constexpr (kFp8) block_c = softmax.block_scale(n_block * kBlockN / fp8::kQuantBlock);
+    };
     auto masked_softmax = [&](int n_block, float (&factor)[kRowsPerThread]) {
       if (mask.block_needs_mask(m_block, n_block)) mask.apply(s_rc, c_rc, m_block, n_block);
-      softmax.update(s_rc, factor);
+      if constexpr (kFp8) softmax.update(s_rc, factor, block_c);
+      else softmax.update(s_rc, factor);
     };
 
     // Q was issued by the producer for this tile; its barrier completes once per loaded tile,
@@ -253,6 +363,7 @@ struct FwdMainloop {
     if constexpr (!Cfg::kIntraWGOverlap) {
       clear(tOrO);
       for (int n = n_end - 1; n >= 0; --n) {
+        load_block_scale(n);
         pipe_k.consumer_wait(st);
         wgmma_issue<true>(mma_qk, tSrQ, tSrK(_, _, _, st.index()), tSrS);
         warpgroup_wait<0>();
@@ -273,6 +384,7 @@ struct FwdMainloop {
       // the softmax of S_{j-1} runs while O's GEMM is still executing, and only the O rescale
       // waits for it. The first block has no PV partner; the last PV has no S partner.
       int n = n_end - 1;
+      load_block_scale(n);
       pipe_k.consumer_wait(st);
       turn.wait();
       wgmma_issue<true>(mma_qk, tSrQ, tSrK(_, _, _, st.index()), tSrS);
@@ -288,6 +400,7 @@ struct FwdMainloop {
       for (--n; n >= 0; --n) {
         PipelineState st_v = st;  // V of the block whose P is in tOrP
         ++st;
+        load_block_scale(n);
         pipe_k.consumer_wait(st);
         // With kKLead the producer sends K_n before V_{n+1}: issue S as soon as K_n is in, and
         // wait for V only then (holding the turn: the tensor cores are busy with this S anyway).

@@ -6,6 +6,7 @@
 #include <cute/tensor.hpp>
 
 #include <cmath>
+#include <utility>
 
 namespace hopattn::sm90::ws {
 
@@ -25,6 +26,47 @@ __device__ __forceinline__ float quad_max(float v) {
 __device__ __forceinline__ float quad_sum(float v) {
   v += __shfl_xor_sync(0xffffffffu, v, 1);
   return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+// Row reductions over one thread's scores of row r, as kChains independent chains: a thread holds
+// kBlockN/4 scores per row (44 at N=176), and one dependent FMNMX/FADD chain over them would stall
+// on each ~4-cycle latency with only two consumer warps per scheduler to hide it.
+template <class Scores>
+constexpr int reduction_chains() {
+  constexpr int kCols = decltype(cute::size<1>(std::declval<Scores&>()))::value;
+  return kCols % 4 == 0 ? 4 : (kCols % 2 == 0 ? 2 : 1);
+}
+
+// max(init, s(r, :)) over this thread's columns (not yet over the quad).
+template <class Scores>
+__device__ __forceinline__ float thread_row_max(const Scores& s_rc, int r, float init) {
+  constexpr int kCols = decltype(cute::size<1>(s_rc))::value, kChains = reduction_chains<Scores>();
+  float mc[kChains];
+  CUTE_UNROLL
+  for (int i = 0; i < kChains; ++i) mc[i] = init;
+  CUTE_UNROLL
+  for (int c = 0; c < kCols; ++c) mc[c % kChains] = fmaxf(mc[c % kChains], s_rc(r, c));
+  float m = mc[0];
+  CUTE_UNROLL
+  for (int i = 1; i < kChains; ++i) m = fmaxf(m, mc[i]);
+  return m;
+}
+
+// s(r, :) = exp2(s * mul - offset) in place (one FFMA + one EX2 each); returns this thread's sum.
+template <class Scores>
+__device__ __forceinline__ float exp2_row_and_sum(Scores& s_rc, int r, float mul, float offset) {
+  constexpr int kCols = decltype(cute::size<1>(s_rc))::value, kChains = reduction_chains<Scores>();
+  float sc[kChains] = {};
+  CUTE_UNROLL
+  for (int c = 0; c < kCols; ++c) {
+    const float p = fast_exp2(fmaf(s_rc(r, c), mul, -offset));
+    s_rc(r, c) = p;
+    sc[c % kChains] += p;
+  }
+  float sum = sc[0];
+  CUTE_UNROLL
+  for (int i = 1; i < kChains; ++i) sum += sc[i];
+  return sum;
 }
 
 // kRows: accumulator rows held by one thread (2 per 64-row warpgroup tile).
@@ -50,38 +92,15 @@ struct OnlineSoftmax {
   __device__ __forceinline__ void update(Scores& s_rc, float (&factor)[kRows]) {
     using namespace cute;
     static_assert(decltype(size<0>(s_rc))::value == kRows);
-    // Reductions run as kChains independent chains: a thread holds kBlockN/4 scores per row (44 at
-    // N=176), and one dependent FMNMX/FADD chain over them would stall on each ~4-cycle latency
-    // with only two consumer warps per scheduler to hide it.
-    constexpr int kCols = decltype(size<1>(s_rc))::value;
-    constexpr int kChains = kCols % 4 == 0 ? 4 : (kCols % 2 == 0 ? 2 : 1);
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
-      float mc[kChains];
-      CUTE_UNROLL
-      for (int i = 0; i < kChains; ++i) mc[i] = row_max[r];
-      CUTE_UNROLL
-      for (int c = 0; c < kCols; ++c) mc[c % kChains] = fmaxf(mc[c % kChains], s_rc(r, c));
-      float m = mc[0];
-      CUTE_UNROLL
-      for (int i = 1; i < kChains; ++i) m = fmaxf(m, mc[i]);
-      m = quad_max(m);
+      const float m = quad_max(thread_row_max(s_rc, r, row_max[r]));
       // A row that has seen no key yet keeps max -inf: use 0 as the exponent offset so that
       // exp2(-inf - 0) = 0 instead of exp2(-inf + inf) = NaN, and leave O's factor at 1.
       const float m_scaled = m == -INFINITY ? 0.f : m * scale_log2;
       factor[r] = m == -INFINITY ? 1.f : fast_exp2((row_max[r] - m) * scale_log2);
       row_max[r] = m;
-      float sc[kChains] = {};
-      CUTE_UNROLL
-      for (int c = 0; c < kCols; ++c) {
-        const float p = fast_exp2(fmaf(s_rc(r, c), scale_log2, -m_scaled));
-        s_rc(r, c) = p;
-        sc[c % kChains] += p;
-      }
-      float sum = sc[0];
-      CUTE_UNROLL
-      for (int i = 1; i < kChains; ++i) sum += sc[i];
-      row_sum[r] = row_sum[r] * factor[r] + sum;
+      row_sum[r] = row_sum[r] * factor[r] + exp2_row_and_sum(s_rc, r, scale_log2, m_scaled);
     }
   }
 
@@ -89,6 +108,10 @@ struct OnlineSoftmax {
   // the first few key blocks is the common case.
   template <class Acc>
   __device__ __forceinline__ void rescale(Acc& o_rc, const float (&factor)[kRows]) const {
+    rescale_rows(o_rc, factor);
+  }
+  template <class Acc>
+  __device__ __forceinline__ static void rescale_rows(Acc& o_rc, const float (&factor)[kRows]) {
     using namespace cute;
     bool changed = false;
     CUTE_UNROLL
@@ -114,6 +137,70 @@ struct OnlineSoftmax {
       lse[r] = empty ? -INFINITY : row_max[r] * softmax_scale + logf(sum);
       CUTE_UNROLL
       for (int c = 0; c < size<1>(o_rc); ++c) o_rc(r, c) *= inv;
+    }
+  }
+};
+
+// The FP8 kernel's softmax: its scores are q_e4m3 . k_e4m3, and the true score is that times
+// q_descale (per query tile) * k_descale (per key block), so the exponent multiplier changes from
+// one key block to the next. The running max is therefore kept already scaled (log2 units):
+// max(s * c) = max(s) * c for the block's c > 0, so each block still costs one FFMA + EX2 per score.
+// The V descale (one per head) multiplies O once, in finalize.
+template <int kRows>
+struct BlockScaledSoftmax {
+  float row_max[kRows];  // running max of scaled scores (log2 units); -inf until a key is seen
+  float row_sum[kRows];
+  float q_scale_log2;       // softmax scale * log2(e) * this tile's q descale
+  const float* k_descale;   // this (batch, kv head)'s first key-block descale, or null (= 1)
+  int64_t k_descale_step;   // elements between key blocks' descales (0: one per head)
+  float o_scale;            // v descale
+
+  __device__ BlockScaledSoftmax(float q_scale_log2_, const float* k_descale_, int64_t k_descale_step_, float o_scale_)
+      : q_scale_log2(q_scale_log2_), k_descale(k_descale_), k_descale_step(k_descale_step_), o_scale(o_scale_) {
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      row_max[r] = -INFINITY;
+      row_sum[r] = 0.f;
+    }
+  }
+
+  // The exponent multiplier of key block `quant_block` (a global load: call it before waiting for
+  // that block's S GEMM so the latency hides under the GEMM).
+  __device__ __forceinline__ float block_scale(int quant_block) const {
+    return k_descale == nullptr ? q_scale_log2 : q_scale_log2 * __ldg(k_descale + quant_block * k_descale_step);
+  }
+
+  template <class Scores>
+  __device__ __forceinline__ void update(Scores& s_rc, float (&factor)[kRows], float c) {
+    using namespace cute;
+    static_assert(decltype(size<0>(s_rc))::value == kRows);
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      const float m = fmaxf(row_max[r], quad_max(thread_row_max(s_rc, r, -INFINITY)) * c);  // -inf * c = -inf (c > 0)
+      factor[r] = m == -INFINITY ? 1.f : fast_exp2(row_max[r] - m);
+      const float offset = m == -INFINITY ? 0.f : m;
+      row_max[r] = m;
+      row_sum[r] = row_sum[r] * factor[r] + exp2_row_and_sum(s_rc, r, c, offset);
+    }
+  }
+
+  template <class Acc>
+  __device__ __forceinline__ void rescale(Acc& o_rc, const float (&factor)[kRows]) const {
+    OnlineSoftmax<kRows>::rescale_rows(o_rc, factor);
+  }
+
+  // O rows *= v_descale / sum; lse = ln 2 * (max + log2 sum). softmax_scale is already folded in.
+  template <class Acc>
+  __device__ __forceinline__ void finalize(Acc& o_rc, float /*softmax_scale*/, float (&lse)[kRows]) {
+    using namespace cute;
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      const float sum = quad_sum(row_sum[r]);
+      const bool empty = !(sum > 0.f);
+      const float mul = empty ? 0.f : o_scale / sum;
+      lse[r] = empty ? -INFINITY : (row_max[r] + log2f(sum)) * 0.6931471805599453f;
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(o_rc); ++c) o_rc(r, c) *= mul;
     }
   }
 };

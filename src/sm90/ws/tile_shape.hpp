@@ -22,6 +22,8 @@ template <>
 struct ElementOf<DType::kBF16> { using type = cutlass::bfloat16_t; };
 template <>
 struct ElementOf<DType::kFP16> { using type = cutlass::half_t; };
+template <>
+struct ElementOf<DType::kE4M3> { using type = cutlass::float_e4m3_t; };
 
 // Which of the paper's three steps are on, as bits (C++17 has no class-type template arguments).
 // Each is a separate switch so the gain of each step can be measured.
@@ -44,12 +46,29 @@ inline constexpr unsigned kStageC = kBitPersistent | kBitIntraWGOverlap | kBitPi
 inline constexpr unsigned kStageD = kStageC | kBitSeparateO;
 inline constexpr unsigned kStageE = kStageD | kBitEarlyQ | kBitKLead | kBitSnake;
 
+// The schedule switches every configuration derives from its kFlags the same way.
+template <unsigned kFlags>
+struct WsSchedule {
+  static constexpr bool kPersistent = (kFlags & kBitPersistent) != 0;
+  static constexpr bool kIntraWGOverlap = (kFlags & kBitIntraWGOverlap) != 0;
+  // Ping-pong hands the tensor cores from one warpgroup to the next at GEMM-issue points, which
+  // only pays when each warpgroup issues its S and PV GEMMs together (the overlapped schedule).
+  static constexpr bool kPingPong = (kFlags & kBitPingPong) != 0 && (kFlags & kBitIntraWGOverlap) != 0;
+  static constexpr bool kKLead = (kFlags & kBitKLead) != 0 && kIntraWGOverlap;
+  static constexpr bool kSnake = (kFlags & kBitSnake) != 0 && kPersistent;
+};
+
 // kBlockNOverride (0 = the default below) exists for tile-size searches (bench/fa3_stages.cu).
 template <DType kDType, int kHeadDim_, bool kCausal, unsigned kFlags = kStageE, int kBlockNOverride = 0>
-struct FwdWsConfig {
+struct FwdWsConfig : WsSchedule<kFlags> {
   static_assert(kHeadDim_ == 64 || kHeadDim_ == 128 || kHeadDim_ == 256, "head_dim must be 64, 128 or 256");
   static_assert(kDType == DType::kBF16 || kDType == DType::kFP16, "16-bit inputs only");
   using Element = typename ElementOf<kDType>::type;
+  using OutElement = Element;
+  static constexpr bool kFp8 = false;
+  using Schedule = WsSchedule<kFlags>;
+  using Schedule::kPersistent;
+  using Schedule::kIntraWGOverlap;
 
   static constexpr int kHeadDim = kHeadDim_;
   // Query rows per CTA. Each consumer warpgroup owns 64 rows (the WGMMA M). d64 uses three
@@ -73,11 +92,6 @@ struct FwdWsConfig {
   static constexpr int kConsumerRegs = kNumConsumerWG == 2 ? 240 : 160;
 
   static constexpr bool kCausalMask = kCausal;
-  static constexpr bool kPersistent = (kFlags & kBitPersistent) != 0;
-  static constexpr bool kIntraWGOverlap = (kFlags & kBitIntraWGOverlap) != 0;
-  // Ping-pong hands the tensor cores from one warpgroup to the next at GEMM-issue points, which
-  // only pays when each warpgroup issues its S and PV GEMMs together (the overlapped schedule).
-  static constexpr bool kPingPong = (kFlags & kBitPingPong) != 0 && (kFlags & kBitIntraWGOverlap) != 0;
 
   // Separate O buffer only where Q + 2 stages of K and V + O fit in 227 KB (minus ~1 KB for the
   // barriers): d64 and d128 causal do; d128 at N=176 and d256 do not, and reuse Q's buffer for O.
@@ -86,11 +100,36 @@ struct FwdWsConfig {
       (2 * kBlockM * kHeadDim + 2 * kStages * kBlockN * kHeadDim) * kElementBytes + 1024;
   static constexpr bool kSeparateO = (kFlags & kBitSeparateO) != 0 && kPersistent && kSmemWithSeparateO <= 227 * 1024;
   static constexpr bool kEarlyQ = (kFlags & kBitEarlyQ) != 0 && kSeparateO;
-  static constexpr bool kKLead = (kFlags & kBitKLead) != 0 && kIntraWGOverlap;
-  static constexpr bool kSnake = (kFlags & kBitSnake) != 0 && kPersistent;
+};
 
-  using TileShapeQK = cute::Shape<cute::Int<kBlockM>, cute::Int<kBlockN>, cute::Int<kHeadDim>>;
-  using TileShapePV = cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>, cute::Int<kBlockN>>;
+// The FP8 forward: e4m3 Q, K and V^T (sm90/fp8/layout.hpp), fp32 accumulation, kOutDType output.
+// Tiles are 128 x 128 at every head dim: one quantisation block (fp8::kQuantBlock) of queries and
+// of keys per tile, so each tile reads one Q descale and each key block one K descale. Registers
+// at d256 (the tightest): O 64x256 fp32 = 128 per thread, S 64x128 = 64, P in e4m3 = 16, within
+// the 240 of two consumer warpgroups. Shared memory: Q 128*d + 2 stages of K and V^T (128*d bytes
+// each) + O in 16 bits (2*128*d) = 7*128*d bytes: 224 KB at d256, which fits 227 KB.
+template <DType kOutDType, int kHeadDim_, bool kCausal, unsigned kFlags = kStageE, int kBlockNOverride = 0>
+struct Fp8FwdConfig : WsSchedule<kFlags> {
+  static_assert(kHeadDim_ == 64 || kHeadDim_ == 128 || kHeadDim_ == 256, "head_dim must be 64, 128 or 256");
+  static_assert(kOutDType == DType::kBF16 || kOutDType == DType::kFP16, "FP8 output is bf16 or fp16");
+  using Element = cutlass::float_e4m3_t;
+  using OutElement = typename ElementOf<kOutDType>::type;
+  static constexpr bool kFp8 = true;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = 128;
+  static constexpr int kBlockN = kBlockNOverride != 0 ? kBlockNOverride : 128;
+  static_assert(kBlockN % 32 == 0 && 128 % kBlockN == 0, "a key tile lies inside one 128-key descale block");
+  static constexpr int kStages = 2;
+  static constexpr int kNumConsumerWG = kBlockM / 64;
+  static constexpr int kNumMmaThreads = kNumConsumerWG * 128;
+  static constexpr int kNumThreads = kNumMmaThreads + 128;
+  static constexpr int kProducerRegs = 24;
+  static constexpr int kConsumerRegs = 240;
+  static constexpr bool kCausalMask = kCausal;
+  static constexpr int kElementBytes = 1;
+  // O is 16-bit and Q 8-bit: O never fits Q's buffer, so it always has its own.
+  static constexpr bool kSeparateO = true;
+  static constexpr bool kEarlyQ = (kFlags & kBitEarlyQ) != 0;
 };
 
 }  // namespace hopattn::sm90::ws

@@ -1,0 +1,479 @@
+// The FP8 pre-passes (quantize.hpp): rotate-and-quantise rows to e4m3 with one scale per 128-row
+// block or per (batch, head), and the V^T re-layout (layout.hpp) the FP8 attention kernel reads.
+// Both are memory-bound; docs/design-fp8.md ("FP8 pre-passes") explains the launch shapes.
+#include "sm90/fp8/quantize.hpp"
+
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+
+#include "sm90/fp8/layout.hpp"
+
+namespace hopattn::sm90::fp8 {
+namespace {
+
+constexpr float kE4M3Max = 448.f;
+constexpr int kMaxHeadDim = 256;
+constexpr int64_t kMaxGrid = int64_t{1} << 30;  // CTAs loop over tiles beyond this (grid-stride)
+
+// ---- scalar helpers ----------------------------------------------------------------------------
+
+__device__ __forceinline__ uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// Bit j set iff head-dim element 8 * chunk + j gets the sign -1 (hopattn.fp8_reference.rotation_signs).
+__device__ uint32_t sign_mask(uint32_t seed, int chunk) {
+  uint32_t m = 0;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const uint64_t z = splitmix64((static_cast<uint64_t>(seed) << 32) + static_cast<uint64_t>(8 * chunk + j));
+    m |= static_cast<uint32_t>(z >> 63) << j;
+  }
+  return m;
+}
+
+// 448 / amax (capped so a tiny amax cannot make it inf), 0 for an all-zero block.
+__device__ __forceinline__ float quant_scale(float amax) {
+  return amax > 0.f ? fminf(kE4M3Max / amax, FLT_MAX) : 0.f;
+}
+__device__ __forceinline__ float quant_descale(float amax) { return amax > 0.f ? amax / kE4M3Max : 1.f; }
+
+// Two 16-bit values of one 32-bit word, low half first.
+template <DType kT>
+__device__ __forceinline__ void unpack2(uint32_t w, float& lo, float& hi) {
+  if constexpr (kT == DType::kBF16) {
+    lo = __uint_as_float(w << 16);
+    hi = __uint_as_float(w & 0xFFFF0000u);
+  } else {
+    lo = __half2float(__ushort_as_half(static_cast<unsigned short>(w & 0xFFFFu)));
+    hi = __half2float(__ushort_as_half(static_cast<unsigned short>(w >> 16)));
+  }
+}
+
+// Eight consecutive 16-bit elements as raw words; 16-byte load when `vec` (address 16-aligned).
+__device__ __forceinline__ uint4 load16x8(const uint8_t* p, bool vec) {
+  if (vec) return __ldg(reinterpret_cast<const uint4*>(p));
+  const auto* h = reinterpret_cast<const unsigned short*>(p);
+  uint32_t w[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) w[k] = static_cast<uint32_t>(__ldg(h + 2 * k)) | (static_cast<uint32_t>(__ldg(h + 2 * k + 1)) << 16);
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+template <DType kT>
+__device__ __forceinline__ void to_float8(const uint4& r, float (&x)[8]) {
+  unpack2<kT>(r.x, x[0], x[1]);
+  unpack2<kT>(r.y, x[2], x[3]);
+  unpack2<kT>(r.z, x[4], x[5]);
+  unpack2<kT>(r.w, x[6], x[7]);
+}
+
+// e4m3(x * scale) for 8 values, byte j = element j (cvt.rn.satfinite.e4m3x2.f32, x.x in the low byte).
+__device__ __forceinline__ uint2 to_e4m3x8(const float (&x)[8], float scale) {
+  uint32_t w[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k)
+    w[k] = __nv_cvt_float2_to_fp8x2(make_float2(x[2 * k] * scale, x[2 * k + 1] * scale), __NV_SATFINITE, __NV_E4M3);
+  return make_uint2(w[0] | (w[1] << 16), w[2] | (w[3] << 16));
+}
+
+__device__ __forceinline__ void store8(uint8_t* p, uint2 v, bool vec) {
+  if (vec) {
+    *reinterpret_cast<uint2*>(p) = v;
+  } else {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      p[j] = static_cast<uint8_t>(v.x >> (8 * j));
+      p[4 + j] = static_cast<uint8_t>(v.y >> (8 * j));
+    }
+  }
+}
+
+// x @ M for one row held by kLanes consecutive lanes, 8 elements each (lane chunk c holds elements
+// 8c .. 8c+7): signs, then the Walsh-Hadamard butterflies on element bits 0, 1, 2 in registers and
+// bits 3.. across lanes (shfl.xor on the chunk bit), then 1/sqrt(d). Every lane of the warp must call it.
+template <int kLanes>
+__device__ __forceinline__ void rotate8(float (&x)[8], uint32_t signs, float inv_sqrt_d) {
+#pragma unroll
+  for (int j = 0; j < 8; ++j) x[j] = __uint_as_float(__float_as_uint(x[j]) ^ (((signs >> j) & 1u) << 31));
+#pragma unroll
+  for (int h = 1; h < 8; h <<= 1)
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+      if ((j & h) == 0) {
+        const float a = x[j], b = x[j + h];
+        x[j] = a + b;
+        x[j + h] = a - b;
+      }
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int m = 1; m < kLanes; m <<= 1) {
+    const bool upper = (lane & m) != 0;  // holds b of the pair (a, b) -> (a + b, a - b)
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const float o = __shfl_xor_sync(0xFFFFFFFFu, x[j], m);
+      x[j] = upper ? o - x[j] : x[j] + o;
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < 8; ++j) x[j] *= inv_sqrt_d;
+}
+
+// ---- rotate-and-quantise rows --------------------------------------------------------------------
+
+enum class RowsMode {
+  kBlockScale,  // amax per 128-row tile: write descale[tile] and the codes
+  kHeadAmax,    // first pass of per-head scales: atomicMax of the tile's amax into amax[b, h]
+  kHeadScale,   // second pass: codes with amax[b, h] from the first pass
+};
+
+struct RowsParams {
+  const uint8_t* in = nullptr;  // 16-bit elements
+  int64_t in_stride[3] = {0, 0, 0};
+  uint8_t* out = nullptr;  // e4m3
+  int64_t out_stride[3] = {0, 0, 0};
+  float* scales = nullptr;  // kBlockScale: descale (b, h, nblocks); else amax (b, h) as float bits
+  int64_t seqlen = 0, heads = 0, nblocks = 0, ntiles = 0;
+  int head_dim = 0;
+  bool rotate = false, vec_in = false, vec_out = false;
+  uint32_t seed = 0;
+  float inv_sqrt_d = 1.f;
+};
+
+// A row is kLanes lanes x 8 elements (kLanes = head_dim / 8 rounded up to a power of two; lanes
+// past head_dim idle). A CTA owns one 128-row tile of one (batch, head) and keeps it in registers
+// (kIters x 8 fp32 per thread, 64 at most) while the CTA reduces the amax, so `in` is read once.
+template <int kLanes>
+struct RowsShape {
+  static constexpr int kThreads = kLanes == 32 ? 512 : 256;
+  static constexpr int kRowsPerWarp = 32 / kLanes;
+  static constexpr int kRowsPerIter = kThreads / 32 * kRowsPerWarp;
+  static constexpr int kIters = kQuantBlock / kRowsPerIter;
+  static_assert(kIters * kRowsPerIter == kQuantBlock, "a tile must be a whole number of row sweeps");
+};
+
+template <int kThreads>
+__device__ __forceinline__ float block_max(float v, float* warp_max) {
+#pragma unroll
+  for (int m = 16; m > 0; m >>= 1) v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, m));
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (lane == 0) warp_max[warp] = v;
+  __syncthreads();
+  v = lane < kThreads / 32 ? warp_max[lane] : 0.f;
+#pragma unroll
+  for (int m = 16; m > 0; m >>= 1) v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, m));
+  return v;  // every thread has it; warp_max may be rewritten only after another __syncthreads
+}
+
+template <DType kT, int kLanes, RowsMode kMode>
+__global__ void __launch_bounds__(RowsShape<kLanes>::kThreads) quantize_rows_kernel(const RowsParams p) {
+  using Shape = RowsShape<kLanes>;
+  __shared__ float warp_max[Shape::kThreads / 32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int chunk = lane % kLanes;
+  const int row_in_sweep = warp * Shape::kRowsPerWarp + lane / kLanes;
+  const bool chunk_active = chunk * 8 < p.head_dim;
+  const uint32_t signs = p.rotate ? sign_mask(p.seed, chunk) : 0u;
+
+  for (int64_t tile = blockIdx.x; tile < p.ntiles; tile += gridDim.x) {
+    const int64_t bh = tile / p.nblocks, blk = tile - bh * p.nblocks;
+    const int64_t b = bh / p.heads, h = bh - b * p.heads;
+    const int64_t row0 = blk * kQuantBlock + row_in_sweep;
+    const uint8_t* in = p.in + 2 * (b * p.in_stride[0] + h * p.in_stride[2] + 8 * chunk);
+
+    // All loads first (kIters in flight), then convert, rotate and take |max|.
+    uint4 raw[Shape::kIters];
+#pragma unroll
+    for (int it = 0; it < Shape::kIters; ++it) {
+      const int64_t s = row0 + it * Shape::kRowsPerIter;
+      raw[it] = chunk_active && s < p.seqlen ? load16x8(in + 2 * s * p.in_stride[1], p.vec_in) : make_uint4(0, 0, 0, 0);
+    }
+    float x[Shape::kIters][8];
+    float tmax = 0.f;
+#pragma unroll
+    for (int it = 0; it < Shape::kIters; ++it) {
+      to_float8<kT>(raw[it], x[it]);
+      if (p.rotate) rotate8<kLanes>(x[it], signs, p.inv_sqrt_d);  // rows past seqlen stay 0
+#pragma unroll
+      for (int j = 0; j < 8; ++j) tmax = fmaxf(tmax, fabsf(x[it][j]));
+    }
+
+    float amax;
+    if constexpr (kMode == RowsMode::kHeadScale) {
+      amax = p.scales[bh];
+    } else {
+      amax = block_max<Shape::kThreads>(tmax, warp_max);
+      if constexpr (kMode == RowsMode::kHeadAmax) {
+        // Non-negative floats order like their bit patterns; the scratch starts at +0.
+        if (threadIdx.x == 0 && amax > 0.f) atomicMax(reinterpret_cast<int*>(p.scales + bh), __float_as_int(amax));
+        __syncthreads();  // warp_max is reused by the next tile
+        continue;
+      } else {
+        if (threadIdx.x == 0) p.scales[tile] = quant_descale(amax);
+        __syncthreads();
+      }
+    }
+
+    if constexpr (kMode != RowsMode::kHeadAmax) {
+      const float scale = quant_scale(amax);
+      const bool zero = !(amax > 0.f);  // an all-zero block is written as +0, never -0
+      uint8_t* out = p.out + b * p.out_stride[0] + h * p.out_stride[2] + 8 * chunk;
+#pragma unroll
+      for (int it = 0; it < Shape::kIters; ++it) {
+        const int64_t s = row0 + it * Shape::kRowsPerIter;
+        if (chunk_active && s < p.seqlen)
+          store8(out + s * p.out_stride[1], zero ? make_uint2(0, 0) : to_e4m3x8(x[it], scale), p.vec_out);
+      }
+    }
+  }
+}
+
+// descale = amax / 448 (1 when amax == 0), in place over the amax scratch. Runs after the pass that
+// read the amax (same stream), so no CTA ever sees a half-converted value.
+__global__ void amax_to_descale_kernel(float* scales, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    scales[i] = quant_descale(scales[i]);
+}
+
+template <DType kT, RowsMode kMode, int kLanes>
+cudaError_t launch_rows_lanes(const RowsParams& p, cudaStream_t stream) {
+  const auto grid = static_cast<unsigned>(std::min(p.ntiles, kMaxGrid));
+  quantize_rows_kernel<kT, kLanes, kMode><<<grid, RowsShape<kLanes>::kThreads, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+template <DType kT, RowsMode kMode>
+cudaError_t launch_rows(const RowsParams& p, cudaStream_t stream) {
+  const int chunks = p.head_dim / 8;
+  if (chunks <= 2) return launch_rows_lanes<kT, kMode, 2>(p, stream);
+  if (chunks <= 4) return launch_rows_lanes<kT, kMode, 4>(p, stream);
+  if (chunks <= 8) return launch_rows_lanes<kT, kMode, 8>(p, stream);
+  if (chunks <= 16) return launch_rows_lanes<kT, kMode, 16>(p, stream);
+  return launch_rows_lanes<kT, kMode, 32>(p, stream);
+}
+
+template <RowsMode kMode>
+cudaError_t launch_rows_dtype(DType t, const RowsParams& p, cudaStream_t stream) {
+  return t == DType::kBF16 ? launch_rows<DType::kBF16, kMode>(p, stream) : launch_rows<DType::kFP16, kMode>(p, stream);
+}
+
+cudaError_t finish_descale(float* scales, int64_t n, cudaStream_t stream) {
+  const auto grid = static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 4096));
+  amax_to_descale_kernel<<<grid, 256, 0, stream>>>(scales, n);
+  return cudaGetLastError();
+}
+
+bool aligned(const void* ptr, const int64_t (&stride)[3], int64_t elem_bytes, int64_t bytes) {
+  if (reinterpret_cast<uintptr_t>(ptr) % bytes != 0) return false;
+  for (int64_t s : stride)
+    if ((s * elem_bytes) % bytes != 0) return false;
+  return true;
+}
+
+bool is_16bit(DType t) { return t == DType::kBF16 || t == DType::kFP16; }
+
+// ---- V^T ---------------------------------------------------------------------------------------
+
+struct VtParams {
+  const uint8_t* in = nullptr;
+  int64_t in_stride[3] = {0, 0, 0};
+  uint8_t* vt = nullptr;
+  const float* amax = nullptr;  // (b, h) from the amax pass; 16-bit input only
+  int64_t seqlen = 0, heads = 0, padded = 0, key_tiles = 0, ntiles = 0;
+  int head_dim = 0;
+  int swizzle_mul = 1;  // 32 / (head_dim / 8 rounded up to a power of two): conflict-free smem stores
+  bool vec_in = false, vec_out = false;
+};
+
+constexpr int kVtThreads = 256;
+
+// 4x4 byte transpose: o[j] = {a.byte j, b.byte j, c.byte j, d.byte j}.
+__device__ __forceinline__ void transpose4x4(uint32_t a, uint32_t b, uint32_t c, uint32_t d, uint32_t* o) {
+  const uint32_t ab_lo = __byte_perm(a, b, 0x5140), ab_hi = __byte_perm(a, b, 0x7362);  // a0 b0 a1 b1 | a2 b2 a3 b3
+  const uint32_t cd_lo = __byte_perm(c, d, 0x5140), cd_hi = __byte_perm(c, d, 0x7362);
+  o[0] = __byte_perm(ab_lo, cd_lo, 0x5410);
+  o[1] = __byte_perm(ab_lo, cd_lo, 0x7632);
+  o[2] = __byte_perm(ab_hi, cd_hi, 0x5410);
+  o[3] = __byte_perm(ab_hi, cd_hi, 0x7632);
+}
+
+// 8 e4m3 codes of one key: the input's 8 head-dim values (quantised unless kT is kE4M3).
+template <DType kT>
+__device__ __forceinline__ uint2 load_codes8(const uint8_t* p, bool vec, float scale, bool zero) {
+  if constexpr (kT == DType::kE4M3) {
+    if (vec) return __ldg(reinterpret_cast<const uint2*>(p));
+    uint32_t w[2] = {0, 0};
+#pragma unroll
+    for (int j = 0; j < 8; ++j) w[j / 4] |= static_cast<uint32_t>(__ldg(p + j)) << (8 * (j % 4));
+    return make_uint2(w[0], w[1]);
+  } else {
+    float x[8];
+    to_float8<kT>(load16x8(p, vec), x);
+    return zero ? make_uint2(0, 0) : to_e4m3x8(x, scale);
+  }
+}
+
+// One CTA per (128-key tile, head, batch). Phase 1: a work item is (key group g of 16, quad t,
+// head-dim chunk c); it loads the 4 keys that V^T stores at positions 4t .. 4t+3 of the group
+// (keys 2t, 2t+1, 8+2t, 9+2t; layout.hpp) for 8 head-dim values, transposes the 4x8 bytes in
+// registers and stores one 32-bit word per head-dim row to shared memory. Phase 2: each warp writes
+// whole 128-byte rows of V^T. The smem word column is XOR-swizzled by the row's chunk so that both
+// phases are free of bank conflicts.
+template <DType kT>
+__global__ void __launch_bounds__(kVtThreads) make_vt_kernel(const VtParams p) {
+  __shared__ uint32_t tile_t[kMaxHeadDim * (kQuantBlock / 4)];
+  constexpr int64_t kInBytes = kT == DType::kE4M3 ? 1 : 2;
+  const int chunks = p.head_dim / 8;
+  const auto swizzle = [&](int row) { return ((row >> 3) * p.swizzle_mul) & 31; };
+
+  for (int64_t tile = blockIdx.x; tile < p.ntiles; tile += gridDim.x) {
+    const int64_t bh = tile / p.key_tiles, kt = tile - bh * p.key_tiles;
+    const int64_t b = bh / p.heads, h = bh - b * p.heads;
+    float scale = 1.f;
+    bool zero = false;
+    if constexpr (kT != DType::kE4M3) {
+      const float amax = p.amax[bh];
+      scale = quant_scale(amax);
+      zero = !(amax > 0.f);
+    }
+    const uint8_t* in = p.in + kInBytes * (b * p.in_stride[0] + h * p.in_stride[2]);
+
+    for (int w = threadIdx.x; w < 32 * chunks; w += kVtThreads) {
+      const int c = w % chunks, q = w / chunks, t = q & 3, g = q >> 2;
+      uint2 k8[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {  // position 4t + i holds key 8 * (i / 2) + 2t + (i % 2)
+        const int64_t s = kt * kQuantBlock + 16 * g + 8 * (i / 2) + 2 * t + (i % 2);
+        k8[i] = s < p.seqlen ? load_codes8<kT>(in + kInBytes * (s * p.in_stride[1] + 8 * c), p.vec_in, scale, zero)
+                             : make_uint2(0, 0);  // padding keys are zero
+      }
+      uint32_t words[8];
+      transpose4x4(k8[0].x, k8[1].x, k8[2].x, k8[3].x, words);
+      transpose4x4(k8[0].y, k8[1].y, k8[2].y, k8[3].y, words + 4);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const int row = 8 * c + j;
+        tile_t[row * 32 + ((4 * g + t) ^ swizzle(row))] = words[j];
+      }
+    }
+    __syncthreads();
+
+    uint8_t* out = p.vt + bh * p.head_dim * p.padded + kt * kQuantBlock;
+    for (int w = threadIdx.x; w < 32 * p.head_dim; w += kVtThreads) {
+      const int row = w >> 5, col = w & 31;
+      const uint32_t v = tile_t[row * 32 + (col ^ swizzle(row))];
+      uint8_t* dst = out + row * p.padded + 4 * col;
+      if (p.vec_out) {
+        *reinterpret_cast<uint32_t*>(dst) = v;
+      } else {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) dst[j] = static_cast<uint8_t>(v >> (8 * j));
+      }
+    }
+    __syncthreads();  // tile_t is rewritten by the next tile
+  }
+}
+
+template <DType kT>
+cudaError_t launch_vt(const VtParams& p, cudaStream_t stream) {
+  const auto grid = static_cast<unsigned>(std::min(p.ntiles, kMaxGrid));
+  make_vt_kernel<kT><<<grid, kVtThreads, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+bool valid_head_dim(int64_t d) { return d >= 16 && d <= kMaxHeadDim && d % 16 == 0; }
+
+}  // namespace
+
+cudaError_t quantize_rows(const QuantizeRowsProblem& p, cudaStream_t stream) {
+  if (p.batch < 0 || p.seqlen < 0 || p.heads < 0 || !is_16bit(p.in_dtype) || !valid_head_dim(p.head_dim))
+    return cudaErrorInvalidValue;
+  if (p.rotate && p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256) return cudaErrorInvalidValue;
+  if (p.batch == 0 || p.seqlen == 0 || p.heads == 0) return cudaSuccess;
+  if (p.in == nullptr || p.out == nullptr || p.descale == nullptr) return cudaErrorInvalidValue;
+
+  RowsParams r;
+  r.in = static_cast<const uint8_t*>(p.in);
+  r.out = static_cast<uint8_t*>(p.out);
+  for (int i = 0; i < 3; ++i) {
+    r.in_stride[i] = p.in_stride[i];
+    r.out_stride[i] = p.out_stride[i];
+  }
+  r.scales = p.descale;
+  r.seqlen = p.seqlen;
+  r.heads = p.heads;
+  r.nblocks = (p.seqlen + kQuantBlock - 1) / kQuantBlock;
+  r.ntiles = r.nblocks * p.heads * p.batch;
+  r.head_dim = static_cast<int>(p.head_dim);
+  r.rotate = p.rotate;
+  r.vec_in = aligned(p.in, p.in_stride, 2, 16);
+  r.vec_out = aligned(p.out, p.out_stride, 1, 8);
+  r.seed = p.seed;
+  r.inv_sqrt_d = static_cast<float>(1.0 / std::sqrt(static_cast<double>(p.head_dim)));
+
+  if (p.block_quant) return launch_rows_dtype<RowsMode::kBlockScale>(p.in_dtype, r, stream);
+  // Per (batch, head): the descale buffer holds the amax bits between the passes.
+  const int64_t nscales = p.batch * p.heads;
+  if (cudaError_t e = cudaMemsetAsync(p.descale, 0, static_cast<size_t>(nscales) * sizeof(float), stream); e != cudaSuccess)
+    return e;
+  if (cudaError_t e = launch_rows_dtype<RowsMode::kHeadAmax>(p.in_dtype, r, stream); e != cudaSuccess) return e;
+  if (cudaError_t e = launch_rows_dtype<RowsMode::kHeadScale>(p.in_dtype, r, stream); e != cudaSuccess) return e;
+  return finish_descale(p.descale, nscales, stream);
+}
+
+cudaError_t make_vt(const VtProblem& p, cudaStream_t stream) {
+  if (p.batch < 0 || p.seqlen < 0 || p.heads < 0 || !valid_head_dim(p.head_dim) ||
+      !(is_16bit(p.in_dtype) || p.in_dtype == DType::kE4M3))
+    return cudaErrorInvalidValue;
+  if (p.batch == 0 || p.seqlen == 0 || p.heads == 0) return cudaSuccess;
+  const bool e4m3 = p.in_dtype == DType::kE4M3;
+  if (p.in == nullptr || p.vt == nullptr || (!e4m3 && p.descale == nullptr)) return cudaErrorInvalidValue;
+
+  VtParams v;
+  v.in = static_cast<const uint8_t*>(p.in);
+  for (int i = 0; i < 3; ++i) v.in_stride[i] = p.in_stride[i];
+  v.vt = static_cast<uint8_t*>(p.vt);
+  v.amax = p.descale;
+  v.seqlen = p.seqlen;
+  v.heads = p.heads;
+  v.padded = vt_padded_seqlen(p.seqlen);
+  v.key_tiles = v.padded / kQuantBlock;
+  v.ntiles = v.key_tiles * p.heads * p.batch;
+  v.head_dim = static_cast<int>(p.head_dim);
+  int lanes = 2;
+  while (lanes < p.head_dim / 8) lanes *= 2;
+  v.swizzle_mul = 32 / lanes;
+  v.vec_in = e4m3 ? aligned(p.in, p.in_stride, 1, 8) : aligned(p.in, p.in_stride, 2, 16);
+  v.vec_out = reinterpret_cast<uintptr_t>(p.vt) % 4 == 0;
+  if (e4m3) return launch_vt<DType::kE4M3>(v, stream);
+
+  // 16-bit: amax per (batch, head) over all keys (the rows kernel, no rotation), then V^T, then the
+  // descale, which must not overwrite the amax before make_vt_kernel has read it.
+  RowsParams r;
+  r.in = v.in;
+  for (int i = 0; i < 3; ++i) r.in_stride[i] = p.in_stride[i];
+  r.scales = p.descale;
+  r.seqlen = p.seqlen;
+  r.heads = p.heads;
+  r.nblocks = v.key_tiles;
+  r.ntiles = v.ntiles;
+  r.head_dim = v.head_dim;
+  r.vec_in = v.vec_in;
+  const int64_t nscales = p.batch * p.heads;
+  if (cudaError_t e = cudaMemsetAsync(p.descale, 0, static_cast<size_t>(nscales) * sizeof(float), stream); e != cudaSuccess)
+    return e;
+  if (cudaError_t e = launch_rows_dtype<RowsMode::kHeadAmax>(p.in_dtype, r, stream); e != cudaSuccess) return e;
+  const cudaError_t e = p.in_dtype == DType::kBF16 ? launch_vt<DType::kBF16>(v, stream) : launch_vt<DType::kFP16>(v, stream);
+  if (e != cudaSuccess) return e;
+  return finish_descale(p.descale, nscales, stream);
+}
+
+}  // namespace hopattn::sm90::fp8

@@ -1,0 +1,22 @@
+// The FP8 forward's launcher: the warp-specialised kernel of src/sm90/ws/ with an Fp8FwdConfig
+// (e4m3 operands, block-scaled softmax, P in e4m3 against V^T). run_fwd_fp8 is what dispatch calls.
+#pragma once
+
+// First: it enables CuTe's extended WGMMA N shapes, which must precede any CuTe include.
+#include "sm90/ws/tile_shape.hpp"
+
+#include "sm90/fp8_launch.hpp"
+#include "sm90/ws/fwd_ws_launch.cuh"
+
+namespace hopattn::sm90 {
+
+template <DType kOutDType, int kHeadDim>
+cudaError_t run_fwd_fp8(const Fp8AttnProblem& prob, cudaStream_t stream) {
+  const AttnProblem& pr = prob.base;
+  if (pr.dtype != kOutDType || pr.head_dim != kHeadDim) return cudaErrorInvalidValue;
+  if (!ws::ws_indices_fit(pr)) return cudaErrorNotSupported;
+  if (pr.causal) return ws::launch_ws_config<ws::Fp8FwdConfig<kOutDType, kHeadDim, true>>(prob, pr, stream);
+  return ws::launch_ws_config<ws::Fp8FwdConfig<kOutDType, kHeadDim, false>>(prob, pr, stream);
+}
+
+}  // namespace hopattn::sm90
