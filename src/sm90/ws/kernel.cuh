@@ -156,7 +156,7 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
         continue;
       }
       Tensor tOrO = partition_fragment_C(mma_pv, Shape<Int<Cfg::kBlockM>, Int<Cfg::kHeadDim>>{});
-      typename Mainloop::Softmax softmax = Mainloop::make_softmax(mp, t.m_block, t.head, t.batch);
+      typename Mainloop::Softmax softmax = Mainloop::make_softmax(mp, t.m_block, t.head, t.batch, wg);
       Mainloop::mma_tile(mp, ss, pipe_k, pipe_v, st, q_phase, thread_idx, t.m_block, n_end, tOrO, softmax);
       q_phase ^= 1u;
       // Q is released once per tile with keys. With a separate O buffer as soon as no GEMM reads Q

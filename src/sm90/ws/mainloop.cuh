@@ -271,15 +271,22 @@ struct FwdMainloop {
 
   using Mask = FwdMask<kBlockM, kBlockN, Cfg::kCausalMask>;
   static constexpr int kRowsPerThread = 2;  // rows of a 64-row WGMMA accumulator held per thread
-  using Softmax = std::conditional_t<kFp8, BlockScaledSoftmax<kRowsPerThread>, OnlineSoftmax<kRowsPerThread>>;
+  static constexpr int fma_exp_every() {
+    if constexpr (kFp8) return Cfg::kFmaExpEvery;
+    else return 0;
+  }
+  using Softmax = std::conditional_t<kFp8, BlockScaledSoftmax<kRowsPerThread, fma_exp_every()>, OnlineSoftmax<kRowsPerThread>>;
 
-  // The softmax state of one tile; FP8 folds the tile's q descale into the exponent multiplier
-  // and keeps where its key blocks' descales are.
-  __device__ static Softmax make_softmax(const Params& p, int m_block, int head, int batch) {
+  // The softmax state of one warpgroup's rows of a tile; FP8 folds the q descale of those 64 rows
+  // (one quantisation block: 64 divides kQuantBlock) into the exponent multiplier and keeps
+  // where the key blocks' descales are.
+  __device__ static Softmax make_softmax(const Params& p, int m_block, int head, int batch, int wg) {
     if constexpr (kFp8) {
+      static_assert(fp8::kQuantBlock % 64 == 0);
       const Descales& d = p.descale;
       const int kv = head / p.group;
-      const float qd = d.q == nullptr ? 1.f : __ldg(d.q + batch * d.q_stride[0] + head * d.q_stride[1] + m_block * d.q_stride[2]);
+      const int q_block = (m_block * kBlockM + wg * 64) / fp8::kQuantBlock;
+      const float qd = d.q == nullptr ? 1.f : __ldg(d.q + batch * d.q_stride[0] + head * d.q_stride[1] + q_block * d.q_stride[2]);
       const float vd = d.v == nullptr ? 1.f : __ldg(d.v + batch * d.v_stride[0] + kv * d.v_stride[1]);
       const float* kd = d.k == nullptr ? nullptr : d.k + batch * d.k_stride[0] + kv * d.k_stride[1];
       return Softmax(p.scale_log2 * qd, kd, d.k_stride[2], vd);

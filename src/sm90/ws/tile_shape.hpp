@@ -108,7 +108,9 @@ struct FwdWsConfig : WsSchedule<kFlags> {
 // at d256 (the tightest): O 64x256 fp32 = 128 per thread, S 64x128 = 64, P in e4m3 = 16, within
 // the 240 of two consumer warpgroups. Shared memory: Q 128*d + 2 stages of K and V^T (128*d bytes
 // each) + O in 16 bits (2*128*d) = 7*128*d bytes: 224 KB at d256, which fits 227 KB.
-template <DType kOutDType, int kHeadDim_, bool kCausal, unsigned kFlags = kStageE, int kBlockNOverride = 0>
+// kBlockMOverride (128 or 192) and kFmaExpEvery (see exp2_fma) exist for tuning searches.
+template <DType kOutDType, int kHeadDim_, bool kCausal, unsigned kFlags = kStageE, int kBlockNOverride = 0,
+          int kBlockMOverride = 0, int kFmaExpEvery_ = 0>
 struct Fp8FwdConfig : WsSchedule<kFlags> {
   static_assert(kHeadDim_ == 64 || kHeadDim_ == 128 || kHeadDim_ == 256, "head_dim must be 64, 128 or 256");
   static_assert(kOutDType == DType::kBF16 || kOutDType == DType::kFP16, "FP8 output is bf16 or fp16");
@@ -116,15 +118,17 @@ struct Fp8FwdConfig : WsSchedule<kFlags> {
   using OutElement = typename ElementOf<kOutDType>::type;
   static constexpr bool kFp8 = true;
   static constexpr int kHeadDim = kHeadDim_;
-  static constexpr int kBlockM = 128;
+  static constexpr int kBlockM = kBlockMOverride != 0 ? kBlockMOverride : 128;
   static constexpr int kBlockN = kBlockNOverride != 0 ? kBlockNOverride : 128;
+  static constexpr int kFmaExpEvery = kFmaExpEvery_;
+  static_assert(kBlockM == 128 || kBlockM == 192, "two or three consumer warpgroups");
   static_assert(kBlockN % 32 == 0 && 128 % kBlockN == 0, "a key tile lies inside one 128-key descale block");
   static constexpr int kStages = 2;
   static constexpr int kNumConsumerWG = kBlockM / 64;
   static constexpr int kNumMmaThreads = kNumConsumerWG * 128;
   static constexpr int kNumThreads = kNumMmaThreads + 128;
-  static constexpr int kProducerRegs = 24;
-  static constexpr int kConsumerRegs = 240;
+  static constexpr int kProducerRegs = kNumConsumerWG == 2 ? 24 : 32;
+  static constexpr int kConsumerRegs = kNumConsumerWG == 2 ? 240 : 160;
   static constexpr bool kCausalMask = kCausal;
   static constexpr int kElementBytes = 1;
   // O is 16-bit and Q 8-bit: O never fits Q's buffer, so it always has its own.
