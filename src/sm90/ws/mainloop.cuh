@@ -271,11 +271,7 @@ struct FwdMainloop {
 
   using Mask = FwdMask<kBlockM, kBlockN, Cfg::kCausalMask>;
   static constexpr int kRowsPerThread = 2;  // rows of a 64-row WGMMA accumulator held per thread
-  static constexpr int fma_exp_every() {
-    if constexpr (kFp8) return Cfg::kFmaExpEvery;
-    else return 0;
-  }
-  using Softmax = std::conditional_t<kFp8, BlockScaledSoftmax<kRowsPerThread, fma_exp_every()>, OnlineSoftmax<kRowsPerThread>>;
+  using Softmax = std::conditional_t<kFp8, BlockScaledSoftmax<kRowsPerThread>, OnlineSoftmax<kRowsPerThread>>;
 
   // The softmax state of one warpgroup's rows of a tile; FP8 folds the q descale of those 64 rows
   // (one quantisation block: 64 divides kQuantBlock) into the exponent multiplier and keeps

@@ -18,22 +18,6 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
-// 2^x on the FMA pipe instead of MUFU.EX2 (16 per cycle per SM, the FP8 kernel's bottleneck: at
-// d128 its exponentials take as long as its GEMMs). x = j + f with j = round(x) (the 1.5 * 2^23
-// trick leaves j in t's low mantissa bits) and f in [-0.5, 0.5]; 2^f by a degree-3 polynomial
-// fitted for relative error (max 1.4e-4, far below e4m3's 2^-4 rounding of P); j goes into the
-// exponent field by an integer add. x below -126 (masked scores) gives 0, as EX2 does.
-__device__ __forceinline__ float exp2_fma(float x) {
-  const float xc = fmaxf(x, -126.f);
-  const float t = xc + 12582912.f;
-  const float f = xc - (t - 12582912.f);
-  float p = fmaf(0.05502927f, f, 0.24225698f);
-  p = fmaf(p, f, 0.69325304f);
-  p = fmaf(p, f, 0.99995136f);
-  const float y = __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));
-  return x < -126.f ? 0.f : y;
-}
-
 // Threads 4k..4k+3 of a warp hold the same accumulator rows (WGMMA C layout).
 __device__ __forceinline__ float quad_max(float v) {
   v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
@@ -69,15 +53,13 @@ __device__ __forceinline__ float thread_row_max(const Scores& s_rc, int r, float
 }
 
 // s(r, :) = exp2(s * mul - offset) in place (one FFMA + one EX2 each); returns this thread's sum.
-// kFmaEvery > 0: every kFmaEvery-th column's exponential runs on the FMA pipe (exp2_fma).
-template <int kFmaEvery = 0, class Scores>
+template <class Scores>
 __device__ __forceinline__ float exp2_row_and_sum(Scores& s_rc, int r, float mul, float offset) {
   constexpr int kCols = decltype(cute::size<1>(s_rc))::value, kChains = reduction_chains<Scores>();
   float sc[kChains] = {};
   CUTE_UNROLL
   for (int c = 0; c < kCols; ++c) {
-    const float x = fmaf(s_rc(r, c), mul, -offset);
-    const float p = kFmaEvery > 0 && c % kFmaEvery == kFmaEvery - 1 ? exp2_fma(x) : fast_exp2(x);
+    const float p = fast_exp2(fmaf(s_rc(r, c), mul, -offset));
     s_rc(r, c) = p;
     sc[c % kChains] += p;
   }
@@ -164,7 +146,7 @@ struct OnlineSoftmax {
 // one key block to the next. The running max is therefore kept already scaled (log2 units):
 // max(s * c) = max(s) * c for the block's c > 0, so each block still costs one FFMA + EX2 per score.
 // The V descale (one per head) multiplies O once, in finalize.
-template <int kRows, int kFmaExpEvery = 0>
+template <int kRows>
 struct BlockScaledSoftmax {
   float row_max[kRows];  // running max of scaled scores (log2 units); -inf until a key is seen
   float row_sum[kRows];
@@ -198,7 +180,7 @@ struct BlockScaledSoftmax {
       factor[r] = m == -INFINITY ? 1.f : fast_exp2(row_max[r] - m);
       const float offset = m == -INFINITY ? 0.f : m;
       row_max[r] = m;
-      row_sum[r] = row_sum[r] * factor[r] + exp2_row_and_sum<kFmaExpEvery>(s_rc, r, c, offset);
+      row_sum[r] = row_sum[r] * factor[r] + exp2_row_and_sum(s_rc, r, c, offset);
     }
   }
 

@@ -103,14 +103,16 @@ struct FwdWsConfig : WsSchedule<kFlags> {
 };
 
 // The FP8 forward: e4m3 Q, K and V^T (sm90/fp8/layout.hpp), fp32 accumulation, kOutDType output.
-// Tiles are 128 x 128 at every head dim: one quantisation block (fp8::kQuantBlock) of queries and
-// of keys per tile, so each tile reads one Q descale and each key block one K descale. Registers
-// at d256 (the tightest): O 64x256 fp32 = 128 per thread, S 64x128 = 64, P in e4m3 = 16, within
-// the 240 of two consumer warpgroups. Shared memory: Q 128*d + 2 stages of K and V^T (128*d bytes
-// each) + O in 16 bits (2*128*d) = 7*128*d bytes: 224 KB at d256, which fits 227 KB.
-// kBlockMOverride (128 or 192) and kFmaExpEvery (see exp2_fma) exist for tuning searches.
+// Key tiles are 128: one quantisation block (fp8::kQuantBlock) of K, so each key block reads one
+// k descale. Query tiles are 128 rows (two consumer warpgroups), or 192 at d64 (three): there the
+// GEMMs are small and the per-block overheads dominate, and a third warpgroup amortises each K/V
+// tile over more rows (measured: +36-45%, docs/perf-notes.md). Each warpgroup's 64 rows lie in
+// one 128-row block of Q, so it reads one q descale. Registers at d256 (the tightest): O 64x256
+// fp32 = 128 per thread, S 64x128 = 64, P in e4m3 = 16, within the 240 of two consumer
+// warpgroups. Shared memory at d256: Q 128*d + 2 stages of K and V^T (128*d bytes each) + O in 16
+// bits (2*128*d) = 224 KB, under 227 KB.
 template <DType kOutDType, int kHeadDim_, bool kCausal, unsigned kFlags = kStageE, int kBlockNOverride = 0,
-          int kBlockMOverride = 0, int kFmaExpEvery_ = 0>
+          int kBlockMOverride = 0>
 struct Fp8FwdConfig : WsSchedule<kFlags> {
   static_assert(kHeadDim_ == 64 || kHeadDim_ == 128 || kHeadDim_ == 256, "head_dim must be 64, 128 or 256");
   static_assert(kOutDType == DType::kBF16 || kOutDType == DType::kFP16, "FP8 output is bf16 or fp16");
@@ -118,9 +120,8 @@ struct Fp8FwdConfig : WsSchedule<kFlags> {
   using OutElement = typename ElementOf<kOutDType>::type;
   static constexpr bool kFp8 = true;
   static constexpr int kHeadDim = kHeadDim_;
-  static constexpr int kBlockM = kBlockMOverride != 0 ? kBlockMOverride : 128;
+  static constexpr int kBlockM = kBlockMOverride != 0 ? kBlockMOverride : kHeadDim == 64 ? 192 : 128;
   static constexpr int kBlockN = kBlockNOverride != 0 ? kBlockNOverride : 128;
-  static constexpr int kFmaExpEvery = kFmaExpEvery_;
   static_assert(kBlockM == 128 || kBlockM == 192, "two or three consumer warpgroups");
   static_assert(kBlockN % 32 == 0 && 128 % kBlockN == 0, "a key tile lies inside one 128-key descale block");
   static constexpr int kStages = 2;
