@@ -56,6 +56,7 @@ typedef struct hopattn_fp8_attention_args {
   int32_t incoherent;  /* rotate Q and K by a random-sign Hadamard matrix before quantising */
   int32_t block_quant; /* one scale per 128 rows (else per (batch, head)) */
   uint32_t seed;
+  int32_t rotate_v; /* with incoherent: rotate V too; O is rotated back inside */
 } hopattn_fp8_attention_args;
 
 typedef struct hopattn_fp8_fwd_args {

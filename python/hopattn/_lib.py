@@ -93,6 +93,7 @@ class HopattnFp8AttentionArgs(ctypes.Structure):
         ("incoherent", ctypes.c_int32),
         ("block_quant", ctypes.c_int32),
         ("seed", ctypes.c_uint32),
+        ("rotate_v", ctypes.c_int32),
     ]
 
 
@@ -337,12 +338,12 @@ def _scale_fields(softmax_scale):
 
 
 def make_fp8_attention_args(q, k, v, out, lse, causal: bool, softmax_scale, incoherent: bool, block_quant: bool,
-                            seed: int) -> HopattnFp8AttentionArgs:
+                            seed: int, rotate_v: bool = True) -> HopattnFp8AttentionArgs:
     """Pack HopattnTensors into HopattnFp8AttentionArgs; lse may be None (not computed)."""
     has_scale, scale = _scale_fields(softmax_scale)
     return HopattnFp8AttentionArgs(
         q, k, v, out, HopattnTensor() if lse is None else lse, 1 if causal else 0, has_scale, scale,
-        1 if incoherent else 0, 1 if block_quant else 0, seed,
+        1 if incoherent else 0, 1 if block_quant else 0, seed, 1 if rotate_v else 0,
     )
 
 

@@ -95,7 +95,8 @@ def _descale_arg(torch, name, d, shape, device):
     raise TypeError(f"{name}: expected a float32 tensor, a float or None, got {type(d).__name__}")
 
 
-def attention_fp8(q, k, v, causal=False, softmax_scale=None, incoherent=True, block_quant=True, seed=0, return_lse=False):
+def attention_fp8(q, k, v, causal=False, softmax_scale=None, incoherent=True, block_quant=True, seed=0, return_lse=False,
+                  rotate_v=True):
     """Softmax attention with FP8 (e4m3) tensor-core math, FlashAttention-3's FP8 forward.
 
     q: (batch, seqlen_q, heads_q, head_dim), k, v: (batch, seqlen_k, heads_kv, head_dim): torch
@@ -109,8 +110,10 @@ def attention_fp8(q, k, v, causal=False, softmax_scale=None, incoherent=True, bl
     (H the Hadamard matrix) before quantising; Q K^T is unchanged while outlier features spread over
     all coordinates. seed (0 <= seed < 2**32) picks the signs, as hopattn.fp8_reference
     .rotation_signs defines them. block_quant: one scale per 128 rows of each (batch, head) of Q
-    and K (else one per (batch, head)); V always has one per (batch, kv head). P is rounded to e4m3
-    before P V; the row sums, O and lse are fp32.
+    and K (else one per (batch, head)); V always has one per (batch, kv head). rotate_v (with
+    incoherent): V is rotated by the same M before quantising, and the kernel multiplies O by M^T
+    before writing it, so V's outliers are spread too. P is rounded to e4m3 before P V; the row
+    sums, O and lse are fp32.
 
     causal, softmax_scale (default 1/sqrt(head_dim)) and the rows that see no key are as in
     hopattn.attention. Returns out (batch, seqlen_q, heads_q, head_dim) in q's dtype, contiguous,
@@ -139,6 +142,7 @@ def attention_fp8(q, k, v, causal=False, softmax_scale=None, incoherent=True, bl
             incoherent,
             block_quant,
             seed,
+            rotate_v,
         )
         # 0 when the arguments are invalid: the call below then reports what is wrong.
         nbytes = int(lib.hopattn_attention_fp8_workspace_size(ctypes.byref(args)))

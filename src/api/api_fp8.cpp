@@ -28,13 +28,16 @@ std::size_t vt_bytes(const AttnProblem& p) {
 // Whether a validated problem runs the kernel at all (else only zeros / -inf are written).
 bool runs_kernel(const AttnProblem& p) { return !p.empty() && p.seqlen_k > 0; }
 
-// attention_fp8's workspace: e4m3 q, k (contiguous), V^T, then the three descale arrays.
+// attention_fp8's workspace: e4m3 q, k (contiguous), V^T, the three descale arrays, and with a
+// rotated V its e4m3 copy in the ordinary layout (rotate + quantise, then re-laid out).
 struct AttentionFp8Workspace {
-  std::size_t q8 = 0, k8 = 0, vt = 0, q_descale = 0, k_descale = 0, v_descale = 0, total = 0;
+  std::size_t q8 = 0, k8 = 0, vt = 0, q_descale = 0, k_descale = 0, v_descale = 0, v8 = 0, total = 0;
   int64_t nq = 1, nk = 1;  // descale blocks per head
 };
 
-AttentionFp8Workspace plan_workspace(const AttnProblem& p, bool block_quant) {
+bool rotates_v(const Fp8AttentionArgs& a) { return a.incoherent && a.rotate_v; }
+
+AttentionFp8Workspace plan_workspace(const AttnProblem& p, bool block_quant, bool rotate_v) {
   AttentionFp8Workspace w;
   if (!runs_kernel(p)) return w;
   w.nq = block_quant ? fp8_blocks(p.seqlen_q) : 1;
@@ -51,6 +54,7 @@ AttentionFp8Workspace plan_workspace(const AttnProblem& p, bool block_quant) {
   w.q_descale = take(sizeof(float) * std::size_t(p.batch * p.heads_q * w.nq));
   w.k_descale = take(sizeof(float) * std::size_t(p.batch * p.heads_kv * w.nk));
   w.v_descale = take(sizeof(float) * std::size_t(p.batch * p.heads_kv));
+  if (rotate_v) w.v8 = take(std::size_t(p.batch * p.seqlen_k * p.heads_kv * p.head_dim));
   w.total = at;
   return w;
 }
@@ -119,7 +123,7 @@ Result forward_fp8(const Fp8ForwardArgs& args, void* workspace, std::size_t work
 std::size_t attention_fp8_workspace_size(const Fp8AttentionArgs& args) {
   AttnProblem p;
   if (!validate_attention_fp8(args, &p).ok()) return 0;
-  return plan_workspace(p, args.block_quant).total;
+  return plan_workspace(p, args.block_quant, rotates_v(args)).total;
 }
 
 Result attention_fp8(const Fp8AttentionArgs& args, void* workspace, std::size_t workspace_bytes, cudaStream_t stream) {
@@ -128,14 +132,14 @@ Result attention_fp8(const Fp8AttentionArgs& args, void* workspace, std::size_t 
   if (Result r = check_hopper_device(); !r.ok()) return r;
   if (p.empty()) return {};
   if (p.seqlen_k == 0) return fill_no_keys(p, stream);
-  const AttentionFp8Workspace w = plan_workspace(p, args.block_quant);
+  const AttentionFp8Workspace w = plan_workspace(p, args.block_quant, rotates_v(args));
   if (Result r = check_workspace(workspace, workspace_bytes, w.total, "attention_fp8_workspace_size"); !r.ok())
     return r;
   char* ws = static_cast<char*>(workspace);
 
   // Q and K: rotated (incoherent) and quantised into contiguous e4m3 copies.
   auto quantize = [&](const TensorRef& in, int64_t seqlen, int64_t heads, std::size_t out_at, std::size_t descale_at,
-                      const char* what) -> Result {
+                      bool block_quant, const char* what) -> Result {
     sm90::fp8::QuantizeRowsProblem q;
     q.in = in.data;
     q.in_dtype = in.dtype;
@@ -148,21 +152,34 @@ Result attention_fp8(const Fp8AttentionArgs& args, void* workspace, std::size_t 
     q.heads = heads;
     q.head_dim = p.head_dim;
     q.rotate = args.incoherent;
-    q.block_quant = args.block_quant;
+    q.block_quant = block_quant;
     q.seed = args.seed;
     const cudaError_t e = sm90::fp8::quantize_rows(q, stream);
     return e == cudaSuccess ? Result{} : cuda_error(what, e);
   };
-  if (Result r = quantize(args.q, p.seqlen_q, p.heads_q, w.q8, w.q_descale, "FP8 quantise q"); !r.ok()) return r;
-  if (Result r = quantize(args.k, p.seqlen_k, p.heads_kv, w.k8, w.k_descale, "FP8 quantise k"); !r.ok()) return r;
+  if (Result r = quantize(args.q, p.seqlen_q, p.heads_q, w.q8, w.q_descale, args.block_quant, "FP8 quantise q"); !r.ok())
+    return r;
+  if (Result r = quantize(args.k, p.seqlen_k, p.heads_kv, w.k8, w.k_descale, args.block_quant, "FP8 quantise k"); !r.ok())
+    return r;
 
-  // V: quantised per (batch, kv head) straight into the kernel's V^T layout.
+  // V: quantised per (batch, kv head) into the kernel's V^T layout: directly, or when rotated via
+  // an e4m3 copy in the ordinary layout (the rotation needs whole rows; the re-layout moves bytes).
   sm90::fp8::VtProblem vt;
-  vt.in = args.v.data;
-  vt.in_dtype = args.v.dtype;
-  for (int i = 0; i < 3; ++i) vt.in_stride[i] = args.v.strides[i];
+  const bool rotate_v = rotates_v(args);
+  if (rotate_v) {
+    // (batch, heads_kv, 1) per-head descales are the (batch, heads_kv) array the kernel reads.
+    if (Result r = quantize(args.v, p.seqlen_k, p.heads_kv, w.v8, w.v_descale, false, "FP8 rotate + quantise v"); !r.ok())
+      return r;
+    vt.in = ws + w.v8;
+    vt.in_dtype = DType::kE4M3;
+    set_contiguous_strides(p.seqlen_k, p.heads_kv, p.head_dim, vt.in_stride);
+  } else {
+    vt.in = args.v.data;
+    vt.in_dtype = args.v.dtype;
+    for (int i = 0; i < 3; ++i) vt.in_stride[i] = args.v.strides[i];
+    vt.descale = reinterpret_cast<float*>(ws + w.v_descale);
+  }
   vt.vt = ws + w.vt;
-  vt.descale = reinterpret_cast<float*>(ws + w.v_descale);
   vt.batch = p.batch;
   vt.seqlen = p.seqlen_k;
   vt.heads = p.heads_kv;
@@ -188,6 +205,8 @@ Result attention_fp8(const Fp8AttentionArgs& args, void* workspace, std::size_t 
   }
   prob.v_descale_stride[0] = p.heads_kv;
   prob.v_descale_stride[1] = 1;
+  prob.unrotate_o = rotate_v;
+  prob.o_rotation_seed = args.seed;
   return launch_attention(prob, stream);
 }
 

@@ -90,6 +90,7 @@ int to_args(const hopattn_fp8_attention_args* a, hopattn::Fp8AttentionArgs* out)
   out->incoherent = a->incoherent != 0;
   out->block_quant = a->block_quant != 0;
   out->seed = a->seed;
+  out->rotate_v = a->rotate_v != 0;
   return HOPATTN_SUCCESS;
 }
 

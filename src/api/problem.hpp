@@ -70,6 +70,9 @@ struct Fp8AttnProblem {
   int64_t q_descale_stride[3] = {0, 0, 0};
   int64_t k_descale_stride[3] = {0, 0, 0};
   int64_t v_descale_stride[2] = {0, 0};
+  // V^T holds V M (M = random_rotation(head_dim, o_rotation_seed)): the kernel writes O M^T.
+  bool unrotate_o = false;
+  uint32_t o_rotation_seed = 0;
 };
 
 // kSm90Fp8: the FP8 forward (q/k/v e4m3, or 16-bit for attention_fp8; out bf16/fp16).

@@ -187,7 +187,7 @@ TEST_P(Fp8ForwardVsReference, MatchesFp64ReferenceOnDequantisedInputs) {
   // P in e4m3 has a relative rounding error up to 2^-4 per element, which averages over the keys
   // of a row; 16-bit output rounding adds 2^-9. lse uses the unrounded P: only the accumulation.
   EXPECT_LE(out_err, 2.5e-2) << case_name(c);
-  EXPECT_LE(lse_excess(lse_got, lse_want, 2e-3, 1e-3), 1.0)
+  EXPECT_LE(lse_excess(lse_got, lse_want, 2e-3, 2e-3), 1.0)
       << case_name(c) << ": lse max |err| " << max_abs_error(lse_got, lse_want);
   RecordProperty("out_rel_l2", std::to_string(out_err));
 }
@@ -270,8 +270,10 @@ TEST_P(Fp8AttentionVsReference, MatchesFp64ReferenceWithinQuantisationError) {
   lse.download(lg.data(), lg.size() * 4);
   lse_ref.download(lr.data(), lr.size() * 4);
   // e4m3 keeps 3 mantissa bits: each of q, k, v, p carries up to 2^-4 relative rounding error.
+  // lse: the scores' quantisation error (about 3% of a score of ~1) gives up to 0.06 nats at 1000
+  // keys on the H200; the bound leaves room.
   EXPECT_LE(out_err, 6e-2) << e2e_name(c);
-  EXPECT_LE(lse_excess(lg, lr, 5e-2, 5e-3), 1.0) << e2e_name(c) << ": lse max |err| " << max_abs_error(lg, lr);
+  EXPECT_LE(lse_excess(lg, lr, 0.1, 5e-3), 1.0) << e2e_name(c) << ": lse max |err| " << max_abs_error(lg, lr);
   RecordProperty("out_rel_l2", std::to_string(out_err));
 }
 

@@ -48,10 +48,11 @@ EXPECTED_LAYOUTS = {
                              "has_softmax_scale": 404, "softmax_scale": 408}),
     "HopattnBwdArgs": (736, {"q": 0, "dq": 6 * TENSOR, "dv": 8 * TENSOR, "causal": 720, "has_softmax_scale": 724,
                              "softmax_scale": 728, "deterministic": 732}),
-    # 5 tensors (400) + causal, has_softmax_scale, softmax_scale, incoherent, block_quant, seed = 424
-    "HopattnFp8AttentionArgs": (424, {"q": 0, "k": 80, "v": 160, "out": 240, "lse": 320, "causal": 400,
+    # 5 tensors (400) + causal, has_softmax_scale, softmax_scale, incoherent, block_quant, seed,
+    # rotate_v (428) -> padded to 432
+    "HopattnFp8AttentionArgs": (432, {"q": 0, "k": 80, "v": 160, "out": 240, "lse": 320, "causal": 400,
                                       "has_softmax_scale": 404, "softmax_scale": 408, "incoherent": 412,
-                                      "block_quant": 416, "seed": 420}),
+                                      "block_quant": 416, "seed": 420, "rotate_v": 424}),
     # 8 tensors (640) + 3 scalars (652) -> padded to 656
     "HopattnFp8FwdArgs": (656, {"q": 0, "k": 80, "v": 160, "q_descale": 240, "k_descale": 320, "v_descale": 400,
                                 "out": 480, "lse": 560, "causal": 640, "has_softmax_scale": 644,
@@ -189,6 +190,8 @@ def test_pack_helpers_fill_every_field():
     t = [_lib.make_tensor(0x1000 * (i + 1), _lib.DTYPE_E4M3, (1, 2, 3, 16), (96, 48, 16, 1)) for i in range(8)]
     a = _lib.make_fp8_attention_args(t[0], t[1], t[2], t[3], None, True, 0.25, False, True, 0xFFFFFFFF)
     assert (a.causal, a.has_softmax_scale, a.softmax_scale, a.incoherent, a.block_quant, a.seed) == (1, 1, 0.25, 0, 1, 0xFFFFFFFF)
+    assert a.rotate_v == 1
+    assert _lib.make_fp8_attention_args(t[0], t[1], t[2], t[3], None, True, 0.25, True, True, 1, False).rotate_v == 0
     assert a.lse.data is None and a.lse.ndim == 0 and a.out.data == 0x4000
     f = _lib.make_fp8_fwd_args(t[0], t[1], t[2], None, t[4], None, t[6], t[7], False, None)
     assert f.q_descale.data is None and f.q_descale.ndim == 0 and f.v_descale.ndim == 0
@@ -334,7 +337,10 @@ def test_attention_fp8_struct_as_the_library_reads_it(lib):
     e4m3_bytes = 3 * b * s * hq * d
     # block_quant adds (b, h, 8) descales over (b, h, 1): more than the 256-byte rounding.
     assert per_block > per_head >= e4m3_bytes
-    assert lib.hopattn_attention_fp8_workspace_size(ctypes.byref(args(incoherent=False, seed=0))) == per_block
+    # Without the rotation V needs no e4m3 copy in the ordinary layout (b * s * hkv * d bytes).
+    unrotated = lib.hopattn_attention_fp8_workspace_size(ctypes.byref(args(incoherent=False, seed=0)))
+    assert unrotated == per_block - b * s * hkv * d
+    assert lib.hopattn_attention_fp8_workspace_size(ctypes.byref(args(rotate_v=False))) == unrotated
     for kw, name in ((dict(lse=t(_lib.DTYPE_FP32, (b, hq, s + 1))), "lse"), (dict(softmax_scale=0.0), "softmax_scale"),
                      (dict(q=t(_lib.DTYPE_FP32, (b, s, hq, d))), "q: dtype must be bf16 or fp16")):
         status, msg = _call_invalid(lib, "hopattn_attention_fp8", "hopattn_attention_fp8_workspace_size", args(**kw),
@@ -374,7 +380,11 @@ def test_quantize_fp8_struct_as_the_library_reads_it(lib):
 # --- GPU ----------------------------------------------------------------------------------------------
 
 FP8_BOUND = 6e-2  # relative L2 against float64 attention on ordinary (N(0, 1)) inputs
-MODEL_BOUND = 1e-2  # relative L2 between the kernel and the numpy model on the same inputs
+# Relative L2 between the kernel and the numpy model on the same inputs. Not tighter: the model
+# rounds P = exp(s - final row max) to e4m3, the kernel rounds it against the running max of the
+# key blocks seen so far, so the two round different values and their P errors are independent:
+# measured 1.05e-2 (attention_fp8) to 1.8e-2 (forward_fp8 per-tensor, 300 keys) on the H200.
+MODEL_BOUND = 3e-2
 LSE_BOUND = 0.25  # max |lse - fp64 lse|: a row's scores carry the e4m3 error of Q and K (model: <= 0.08)
 
 
@@ -438,15 +448,21 @@ def rmse(got, want):
     return (got.double() - want.double()).pow(2).mean().sqrt().item()
 
 
-def model_output(q, k, v, causal, incoherent, block_quant, seed):
+def model_output(q, k, v, causal, incoherent, block_quant, seed, rotate_v=True):
     """The numpy model of attention_fp8 on the same (16-bit) inputs: Q, K rotated by
-    random_rotation(d, seed) when incoherent, quantised per 128-row block (or per head); V per head."""
+    random_rotation(d, seed) when incoherent, quantised per 128-row block (or per head); V per head,
+    rotated by the same M first when incoherent and rotate_v (and O rotated back: the dequantised
+    V is rotated back here, the same product)."""
     qn, kn, vn = (t.double().cpu().numpy() for t in (q, k, v))
+    gran = "block" if block_quant else "head"
     if incoherent:
         m = f8.random_rotation(qn.shape[-1], seed)
         qn, kn = qn @ m, kn @ m
-    gran = "block" if block_quant else "head"
-    qd, kd, vd = f8.quantize(qn, gran, 128)[0], f8.quantize(kn, gran, 128)[0], f8.quantize(vn, "head")[0]
+    if incoherent and rotate_v:
+        vd = f8.quantize(vn @ m, "head")[0] @ m.T
+    else:
+        vd = f8.quantize(vn, "head")[0]
+    qd, kd = f8.quantize(qn, gran, 128)[0], f8.quantize(kn, gran, 128)[0]
     return torch.from_numpy(f8.attention_from_fp8(qd, kd, vd, causal)).to(q.device)
 
 
@@ -635,10 +651,19 @@ def quantize_like_the_kernel(x, rotate, block_quant, seed):
         nb = -(-s // 128)
         xp = torch.nn.functional.pad(xf, (0, 0, 0, 0, 0, nb * 128 - s)).reshape(b, nb, 128, h, d)
         amax = xp.abs().amax(dim=(2, 4))  # (b, nb, h)
-        codes = e4m3(xp * (448.0 / amax)[:, :, None, :, None]).reshape(b, nb * 128, h, d)[:, :s]
-        return codes.contiguous(), (amax / 448.0).transpose(1, 2).contiguous()
+        codes = e4m3(xp * div32(448.0, amax)[:, :, None, :, None]).reshape(b, nb * 128, h, d)[:, :s]
+        return codes.contiguous(), div32(amax, 448.0).transpose(1, 2).contiguous()
     amax = xf.abs().amax(dim=(1, 3))  # (b, h)
-    return e4m3(xf * (448.0 / amax)[:, None, :, None]), (amax / 448.0)[..., None].contiguous()
+    return e4m3(xf * div32(448.0, amax)[:, None, :, None]), div32(amax, 448.0)[..., None].contiguous()
+
+
+def div32(a, b):
+    """a / b correctly rounded to float32, as the kernel's IEEE division gives (torch may divide by
+    a Python scalar as a multiply by its reciprocal, one ulp off). float64 then float32 is exact
+    rounding here: 53 bits hold the 48-bit quotient's rounding decision."""
+    a = a.double() if torch.is_tensor(a) else a
+    b = b.double() if torch.is_tensor(b) else b
+    return (a / b).float()
 
 
 @pytest.mark.parametrize("head_dim", [64, 128, 256])

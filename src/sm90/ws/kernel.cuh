@@ -142,6 +142,7 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
     typename Mainloop::TiledMmaPV mma_pv;
     PipelineState st;
     uint32_t q_phase = 0;
+    const uint64_t o_signs = Mainloop::o_sign_mask(mp, thread_idx);
     if constexpr (Cfg::kPingPong) {
       // The last warpgroup hands the first turn to warpgroup 0.
       if (wg == Cfg::kNumConsumerWG - 1) cutlass::arch::NamedBarrier::arrive(256, barrier_id(FwdBarrier::kGemmTurnWG0, 0));
@@ -166,6 +167,7 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
       float lse[Mainloop::kRowsPerThread];
       auto o_rc = acc_rowcol(tOrO);
       softmax.finalize(o_rc, mp.scale, lse);
+      Mainloop::finish_o(mp, o_rc, o_signs, thread_idx);
       K::Epilogue::store(params.epilogue, ss, thread_idx, t.m_block, t.head, t.batch, tOrO, lse);
       if constexpr (!Cfg::kSeparateO) {
         // The Q/O buffer is free (the O store has read it): the producer may load the next Q.

@@ -12,6 +12,7 @@
 
 #include "api/problem.hpp"
 #include "sm90/fp8/layout.hpp"
+#include "sm90/fp8/unrotate.cuh"
 #include "sm90/ws/fragment_layout.cuh"
 #include "sm90/ws/mask.cuh"
 #include "sm90/ws/named_barriers.hpp"
@@ -169,6 +170,8 @@ struct FwdMainloop {
     const float* k;
     const float* v;
     int64_t q_stride[3], k_stride[3], v_stride[2];
+    uint32_t o_rotation_seed;
+    int unrotate_o;  // V^T holds V M: write O M^T
   };
   struct NoDescales {};
 
@@ -211,7 +214,9 @@ struct FwdMainloop {
       p.descale = {prob.q_descale, prob.k_descale, prob.v_descale,
                    {prob.q_descale_stride[0], prob.q_descale_stride[1], prob.q_descale_stride[2]},
                    {prob.k_descale_stride[0], prob.k_descale_stride[1], prob.k_descale_stride[2]},
-                   {prob.v_descale_stride[0], prob.v_descale_stride[1]}};
+                   {prob.v_descale_stride[0], prob.v_descale_stride[1]},
+                   prob.o_rotation_seed,
+                   prob.unrotate_o ? 1 : 0};
     }
     return p;
   }
@@ -272,6 +277,23 @@ struct FwdMainloop {
   using Mask = FwdMask<kBlockM, kBlockN, Cfg::kCausalMask>;
   static constexpr int kRowsPerThread = 2;  // rows of a 64-row WGMMA accumulator held per thread
   using Softmax = std::conditional_t<kFp8, BlockScaledSoftmax<kRowsPerThread>, OnlineSoftmax<kRowsPerThread>>;
+
+  // FP8 with a rotated V: this thread's sign mask for O's un-rotation, computed once per CTA
+  // (0 and unused otherwise).
+  __device__ static uint64_t o_sign_mask(const Params& p, int thread_idx) {
+    if constexpr (kFp8) {
+      if (p.descale.unrotate_o) return fp8::fragment_sign_mask<kHeadDim / 4>(p.descale.o_rotation_seed, thread_idx % 32);
+    }
+    return 0;
+  }
+
+  // The last step on O before the epilogue: FP8 with a rotated V multiplies it by M^T.
+  template <class AccRowCol>
+  __device__ static void finish_o(const Params& p, AccRowCol& o_rc, uint64_t sign_mask, int thread_idx) {
+    if constexpr (kFp8) {
+      if (p.descale.unrotate_o) fp8::unrotate_rows<kHeadDim>(o_rc, sign_mask, thread_idx % 32);
+    }
+  }
 
   // The softmax state of one warpgroup's rows of a tile; FP8 folds the q descale of those 64 rows
   // (one quantisation block: 64 divides kQuantBlock) into the exponent multiplier and keeps
