@@ -25,18 +25,17 @@ __device__ __forceinline__ bool rotation_sign_bit(uint32_t seed, int col) {
   return ((z ^ (z >> 31)) >> 63) != 0;
 }
 
-// Bit c set: this thread's fragment column c has a negative sign (kCols <= 64 columns).
-template <int kCols>
-__device__ __forceinline__ uint64_t fragment_sign_mask(uint32_t seed, int lane) {
-  static_assert(kCols <= 64);
-  uint64_t mask = 0;
-  for (int c = 0; c < kCols; ++c) mask |= uint64_t(rotation_sign_bit(seed, fragment_column(c, lane))) << c;
-  return mask;
+// Sign bits of columns 32w .. 32w+31 (bit i: column 32w + i is negative).
+__device__ __forceinline__ uint32_t sign_word(uint32_t seed, int w) {
+  uint32_t bits = 0;
+  for (int i = 0; i < 32; ++i) bits |= uint32_t(rotation_sign_bit(seed, 32 * w + i)) << i;
+  return bits;
 }
 
-// o_rc: (rows, head_dim / 4) row view of one 64 x head_dim accumulator. All 32 lanes call it.
+// o_rc: (rows, head_dim / 4) row view of one 64 x head_dim accumulator; sign_words: head_dim / 32
+// words of sign_word (shared memory). All 32 lanes call it.
 template <int kHeadDim, class Acc>
-__device__ __forceinline__ void unrotate_rows(Acc& o_rc, uint64_t sign_mask, int lane) {
+__device__ __forceinline__ void unrotate_rows(Acc& o_rc, const uint32_t* sign_words, int lane) {
   using namespace cute;
   constexpr int kCols = kHeadDim / 4;
   static_assert(decltype(size<1>(o_rc))::value == kCols);
@@ -73,7 +72,10 @@ __device__ __forceinline__ void unrotate_rows(Acc& o_rc, uint64_t sign_mask, int
       }
     }
     CUTE_UNROLL
-    for (int c = 0; c < kCols; ++c) o_rc(r, c) *= (sign_mask >> c) & 1 ? -inv_sqrt_d : inv_sqrt_d;
+    for (int c = 0; c < kCols; ++c) {
+      const int col = fragment_column(c, lane);
+      o_rc(r, c) *= (sign_words[col >> 5] >> (col & 31)) & 1 ? -inv_sqrt_d : inv_sqrt_d;
+    }
   }
 }
 

@@ -64,7 +64,8 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
   pipe_params.num_consumers = Cfg::kNumMmaThreads;
   Pipeline pipe_k(ss.pipe_k, pipe_params, Shape<_1, _1, _1>{});
   Pipeline pipe_v(ss.pipe_v, pipe_params, Shape<_1, _1, _1>{});
-  __syncthreads();  // barrier inits visible before anyone waits on them
+  Mainloop::init_shared(mp, ss, threadIdx.x);
+  __syncthreads();  // barrier inits (and init_shared's writes) visible before anyone uses them
 
   // Nothing computed above may stay live across setmaxnreg: a register above the new budget
   // would be spilled around it. So each role builds its own scheduler and mask afterwards.
@@ -142,7 +143,6 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
     typename Mainloop::TiledMmaPV mma_pv;
     PipelineState st;
     uint32_t q_phase = 0;
-    const uint64_t o_signs = Mainloop::o_sign_mask(mp, thread_idx);
     if constexpr (Cfg::kPingPong) {
       // The last warpgroup hands the first turn to warpgroup 0.
       if (wg == Cfg::kNumConsumerWG - 1) cutlass::arch::NamedBarrier::arrive(256, barrier_id(FwdBarrier::kGemmTurnWG0, 0));
@@ -167,7 +167,7 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
       float lse[Mainloop::kRowsPerThread];
       auto o_rc = acc_rowcol(tOrO);
       softmax.finalize(o_rc, mp.scale, lse);
-      Mainloop::finish_o(mp, o_rc, o_signs, thread_idx);
+      Mainloop::finish_o(mp, ss, o_rc, thread_idx);
       K::Epilogue::store(params.epilogue, ss, thread_idx, t.m_block, t.head, t.batch, tOrO, lse);
       if constexpr (!Cfg::kSeparateO) {
         // The Q/O buffer is free (the O store has read it): the producer may load the next Q.

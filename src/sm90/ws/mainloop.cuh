@@ -162,6 +162,9 @@ struct FwdMainloop {
     typename Pipeline::SharedStorage pipe_k;
     typename Pipeline::SharedStorage pipe_v;
     uint64_t barrier_q;  // ClusterTransactionBarrier storage: Q arrived
+    // FP8 with a rotated V: the rotation's sign bits, bit c of word c / 32 for column c (written
+    // once per CTA before the role split, read by every epilogue; nothing held in registers).
+    uint32_t o_signs[kFp8 ? kHeadDim / 32 : 1];
   };
 
   // FP8 descales (Fp8AttnProblem's), absent from the 16-bit kernels' parameters.
@@ -278,20 +281,20 @@ struct FwdMainloop {
   static constexpr int kRowsPerThread = 2;  // rows of a 64-row WGMMA accumulator held per thread
   using Softmax = std::conditional_t<kFp8, BlockScaledSoftmax<kRowsPerThread>, OnlineSoftmax<kRowsPerThread>>;
 
-  // FP8 with a rotated V: this thread's sign mask for O's un-rotation, computed once per CTA
-  // (0 and unused otherwise).
-  __device__ static uint64_t o_sign_mask(const Params& p, int thread_idx) {
+  // Shared state set up once per CTA by its first threads, before the barrier that ends the
+  // set-up: FP8 with a rotated V stores the rotation's sign bits.
+  __device__ static void init_shared(const Params& p, SharedStorage& ss, int thread_idx) {
     if constexpr (kFp8) {
-      if (p.descale.unrotate_o) return fp8::fragment_sign_mask<kHeadDim / 4>(p.descale.o_rotation_seed, thread_idx % 32);
+      if (p.descale.unrotate_o && thread_idx < kHeadDim / 32)
+        ss.o_signs[thread_idx] = fp8::sign_word(p.descale.o_rotation_seed, thread_idx);
     }
-    return 0;
   }
 
   // The last step on O before the epilogue: FP8 with a rotated V multiplies it by M^T.
   template <class AccRowCol>
-  __device__ static void finish_o(const Params& p, AccRowCol& o_rc, uint64_t sign_mask, int thread_idx) {
+  __device__ static void finish_o(const Params& p, const SharedStorage& ss, AccRowCol& o_rc, int thread_idx) {
     if constexpr (kFp8) {
-      if (p.descale.unrotate_o) fp8::unrotate_rows<kHeadDim>(o_rc, sign_mask, thread_idx % 32);
+      if (p.descale.unrotate_o) fp8::unrotate_rows<kHeadDim>(o_rc, ss.o_signs, thread_idx % 32);
     }
   }
 
