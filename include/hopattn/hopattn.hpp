@@ -153,8 +153,9 @@ constexpr int64_t kFp8BlockRows = 128;
 // processing; Q M (K M)^T = Q K^T, so the softmax is unchanged while outlier features spread over
 // all coordinates) and quantises them with one scale per 128-row block (block_quant) or per
 // (batch, head). V is quantised per (batch, kv head); with incoherent and rotate_v it is rotated by
-// the same M first and the kernel multiplies O by M^T before writing it (P (V M) M^T = P V), which
-// spreads V's outliers too. `seed` picks the signs: the same seed gives the same M
+// the same M first and the kernel multiplies O by M^T before writing it (P (V M) M^T = P V). Off by
+// default: on the paper's outlier inputs it left the error unchanged (docs/perf-notes.md) and costs
+// a pass over V. `seed` picks the signs: the same seed gives the same M
 // (hopattn.fp8_reference.rotation_signs is its definition).
 struct Fp8AttentionArgs {
   TensorRef q, k, v;  // bf16 or fp16, as ForwardArgs (head_dim 64, 128 or 256)
@@ -164,7 +165,7 @@ struct Fp8AttentionArgs {
   std::optional<float> softmax_scale;
   bool incoherent = true;   // rotate Q and K before quantising
   bool block_quant = true;  // one scale per 128-row block of Q and K; false: per (batch, head)
-  bool rotate_v = true;     // with incoherent: rotate V as well (O is rotated back in the kernel)
+  bool rotate_v = false;    // with incoherent: rotate V as well (O is rotated back in the kernel)
   uint32_t seed = 0;
 };
 

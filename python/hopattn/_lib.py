@@ -338,7 +338,7 @@ def _scale_fields(softmax_scale):
 
 
 def make_fp8_attention_args(q, k, v, out, lse, causal: bool, softmax_scale, incoherent: bool, block_quant: bool,
-                            seed: int, rotate_v: bool = True) -> HopattnFp8AttentionArgs:
+                            seed: int, rotate_v: bool = False) -> HopattnFp8AttentionArgs:
     """Pack HopattnTensors into HopattnFp8AttentionArgs; lse may be None (not computed)."""
     has_scale, scale = _scale_fields(softmax_scale)
     return HopattnFp8AttentionArgs(

@@ -96,7 +96,7 @@ def _descale_arg(torch, name, d, shape, device):
 
 
 def attention_fp8(q, k, v, causal=False, softmax_scale=None, incoherent=True, block_quant=True, seed=0, return_lse=False,
-                  rotate_v=True):
+                  rotate_v=False):
     """Softmax attention with FP8 (e4m3) tensor-core math, FlashAttention-3's FP8 forward.
 
     q: (batch, seqlen_q, heads_q, head_dim), k, v: (batch, seqlen_k, heads_kv, head_dim): torch
@@ -112,8 +112,9 @@ def attention_fp8(q, k, v, causal=False, softmax_scale=None, incoherent=True, bl
     .rotation_signs defines them. block_quant: one scale per 128 rows of each (batch, head) of Q
     and K (else one per (batch, head)); V always has one per (batch, kv head). rotate_v (with
     incoherent): V is rotated by the same M before quantising, and the kernel multiplies O by M^T
-    before writing it, so V's outliers are spread too. P is rounded to e4m3 before P V; the row
-    sums, O and lse are fp32.
+    before writing it. Off by default: on the paper's outlier inputs it did not change the error
+    (docs/perf-notes.md) and costs a pass over V. P is rounded to e4m3 before P V; the row sums, O
+    and lse are fp32.
 
     causal, softmax_scale (default 1/sqrt(head_dim)) and the rows that see no key are as in
     hopattn.attention. Returns out (batch, seqlen_q, heads_q, head_dim) in q's dtype, contiguous,

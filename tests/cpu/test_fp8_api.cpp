@@ -212,24 +212,23 @@ TEST(Fp8Validation, QuantizeArgumentsAreChecked) {
 TEST(Fp8Workspace, SizesFollowTheLayout) {
   // forward_fp8: V^T with seqlen_k padded to 128: 2 * 2 * 128 * 256 bytes.
   EXPECT_EQ(forward_fp8_workspace_size(valid_fp8_args()), size_t(kB * kHkv * kD * 256));
-  // attention_fp8: e4m3 q, k, V^T, then descales, each rounded up to 256 bytes, and (rotated V,
-  // the default) V's e4m3 copy in the ordinary layout.
+  // attention_fp8: e4m3 q, k, V^T, then descales, each rounded up to 256 bytes, and with a rotated
+  // V its e4m3 copy in the ordinary layout.
   auto up = [](size_t x) { return (x + 255) / 256 * 256; };
   const size_t v8 = up(kB * kSk * kHkv * kD);
   const size_t want = up(kB * kSq * kHq * kD) + up(kB * kSk * kHkv * kD) + up(kB * kHkv * kD * 256) +
                       up(4 * kB * kHq * 3) + up(4 * kB * kHkv * 2) + up(4 * kB * kHkv);
-  EXPECT_EQ(attention_fp8_workspace_size(valid_attention_args()), want + v8);
-  Fp8AttentionArgs unrotated_v = valid_attention_args();
-  unrotated_v.rotate_v = false;
-  EXPECT_EQ(attention_fp8_workspace_size(unrotated_v), want);
-  unrotated_v.rotate_v = true;
-  unrotated_v.incoherent = false;  // no rotation at all
-  EXPECT_EQ(attention_fp8_workspace_size(unrotated_v), want);
+  EXPECT_EQ(attention_fp8_workspace_size(valid_attention_args()), want);
+  Fp8AttentionArgs rotated_v = valid_attention_args();
+  rotated_v.rotate_v = true;
+  EXPECT_EQ(attention_fp8_workspace_size(rotated_v), want + v8);
+  rotated_v.incoherent = false;  // rotate_v applies only with the rotation on
+  EXPECT_EQ(attention_fp8_workspace_size(rotated_v), want);
   Fp8AttentionArgs per_head = valid_attention_args();  // one descale per (batch, head)
   per_head.block_quant = false;
   const size_t want_per_head = up(kB * kSq * kHq * kD) + up(kB * kSk * kHkv * kD) + up(kB * kHkv * kD * 256) +
                                up(4 * kB * kHq) + up(4 * kB * kHkv) + up(4 * kB * kHkv);
-  EXPECT_EQ(attention_fp8_workspace_size(per_head), want_per_head + v8);
+  EXPECT_EQ(attention_fp8_workspace_size(per_head), want_per_head);
   Fp8AttentionArgs bad = valid_attention_args();
   bad.q.dtype = DType::kFP32;
   EXPECT_EQ(attention_fp8_workspace_size(bad), 0u);  // invalid: no size

@@ -202,11 +202,13 @@ struct E2eCase {
   int head_dim;
   bool causal, incoherent, block_quant;
   int64_t seqlen_q, seqlen_k, heads_q, heads_kv, batch;
+  bool rotate_v = false;  // V rotated too, O rotated back in the kernel
 };
 
 std::string e2e_name(const E2eCase& c) {
   return std::string(dtype_name(c.dtype)) + "_d" + std::to_string(c.head_dim) + (c.causal ? "_causal" : "_full") +
-         (c.incoherent ? "_rot" : "_norot") + (c.block_quant ? "_block" : "_head") + "_b" + std::to_string(c.batch) +
+         (c.incoherent ? "_rot" : "_norot") + (c.rotate_v ? "v" : "") + (c.block_quant ? "_block" : "_head") + "_b" +
+         std::to_string(c.batch) +
          "_h" + std::to_string(c.heads_q) + "x" + std::to_string(c.heads_kv) + "_q" + std::to_string(c.seqlen_q) + "_k" +
          std::to_string(c.seqlen_k);
 }
@@ -219,6 +221,8 @@ std::vector<E2eCase> make_e2e_cases() {
       cases.push_back({DType::kBF16, d, causal, true, true, 17, 300, 4, 4, 1});
       cases.push_back({DType::kFP16, d, causal, false, true, 255, 127, 4, 1, 1});
       cases.push_back({DType::kBF16, d, causal, true, false, 300, 300, 2, 2, 2});
+      cases.push_back({DType::kBF16, d, causal, true, true, 1000, 1000, 4, 2, 2, true});
+      cases.push_back({DType::kFP16, d, causal, true, true, 17, 300, 4, 4, 1, true});
     }
   return cases;
 }
@@ -248,6 +252,7 @@ TEST_P(Fp8AttentionVsReference, MatchesFp64ReferenceWithinQuantisationError) {
   a.causal = c.causal;
   a.incoherent = c.incoherent;
   a.block_quant = c.block_quant;
+  a.rotate_v = c.rotate_v;
   a.seed = 7;
   const size_t ws_bytes = attention_fp8_workspace_size(a);
   DeviceBuffer ws(ws_bytes);

@@ -190,8 +190,8 @@ def test_pack_helpers_fill_every_field():
     t = [_lib.make_tensor(0x1000 * (i + 1), _lib.DTYPE_E4M3, (1, 2, 3, 16), (96, 48, 16, 1)) for i in range(8)]
     a = _lib.make_fp8_attention_args(t[0], t[1], t[2], t[3], None, True, 0.25, False, True, 0xFFFFFFFF)
     assert (a.causal, a.has_softmax_scale, a.softmax_scale, a.incoherent, a.block_quant, a.seed) == (1, 1, 0.25, 0, 1, 0xFFFFFFFF)
-    assert a.rotate_v == 1
-    assert _lib.make_fp8_attention_args(t[0], t[1], t[2], t[3], None, True, 0.25, True, True, 1, False).rotate_v == 0
+    assert a.rotate_v == 0
+    assert _lib.make_fp8_attention_args(t[0], t[1], t[2], t[3], None, True, 0.25, True, True, 1, True).rotate_v == 1
     assert a.lse.data is None and a.lse.ndim == 0 and a.out.data == 0x4000
     f = _lib.make_fp8_fwd_args(t[0], t[1], t[2], None, t[4], None, t[6], t[7], False, None)
     assert f.q_descale.data is None and f.q_descale.ndim == 0 and f.v_descale.ndim == 0
@@ -337,10 +337,11 @@ def test_attention_fp8_struct_as_the_library_reads_it(lib):
     e4m3_bytes = 3 * b * s * hq * d
     # block_quant adds (b, h, 8) descales over (b, h, 1): more than the 256-byte rounding.
     assert per_block > per_head >= e4m3_bytes
-    # Without the rotation V needs no e4m3 copy in the ordinary layout (b * s * hkv * d bytes).
-    unrotated = lib.hopattn_attention_fp8_workspace_size(ctypes.byref(args(incoherent=False, seed=0)))
-    assert unrotated == per_block - b * s * hkv * d
-    assert lib.hopattn_attention_fp8_workspace_size(ctypes.byref(args(rotate_v=False))) == unrotated
+    assert lib.hopattn_attention_fp8_workspace_size(ctypes.byref(args(incoherent=False, seed=0))) == per_block
+    # A rotated V needs its e4m3 copy in the ordinary layout too (b * s * hkv * d bytes).
+    rotated_v = lib.hopattn_attention_fp8_workspace_size(ctypes.byref(args(rotate_v=True)))
+    assert rotated_v == per_block + b * s * hkv * d
+    assert lib.hopattn_attention_fp8_workspace_size(ctypes.byref(args(rotate_v=True, incoherent=False))) == per_block
     for kw, name in ((dict(lse=t(_lib.DTYPE_FP32, (b, hq, s + 1))), "lse"), (dict(softmax_scale=0.0), "softmax_scale"),
                      (dict(q=t(_lib.DTYPE_FP32, (b, s, hq, d))), "q: dtype must be bf16 or fp16")):
         status, msg = _call_invalid(lib, "hopattn_attention_fp8", "hopattn_attention_fp8_workspace_size", args(**kw),
@@ -448,7 +449,7 @@ def rmse(got, want):
     return (got.double() - want.double()).pow(2).mean().sqrt().item()
 
 
-def model_output(q, k, v, causal, incoherent, block_quant, seed, rotate_v=True):
+def model_output(q, k, v, causal, incoherent, block_quant, seed, rotate_v=False):
     """The numpy model of attention_fp8 on the same (16-bit) inputs: Q, K rotated by
     random_rotation(d, seed) when incoherent, quantised per 128-row block (or per head); V per head,
     rotated by the same M first when incoherent and rotate_v (and O rotated back: the dequantised
@@ -515,6 +516,22 @@ def test_attention_fp8_matches_the_numpy_model(gpu, head_dim, incoherent, block_
     assert 0.5 <= ratio <= 2.0, ratio
     # ... and in fact the same numbers, up to fp32 arithmetic and bf16 output rounding.
     assert rel_l2(out, model) <= MODEL_BOUND
+
+
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_fp8_rotated_v_matches_the_numpy_model(gpu, head_dim, causal):
+    """rotate_v: V M is quantised and the kernel writes O M^T; a wrong un-rotation (signs, the
+    transform's lane/register split) would be an O(1) error, not the few percent allowed here."""
+    skip_unless_built(gpu, torch.bfloat16, head_dim)
+    seed = 99
+    q, k, v = make_qkv(2, 333, 333, 4, 2, head_dim, seed=5, outliers=True)
+    out = hopattn.attention_fp8(q, k, v, causal=causal, seed=seed, rotate_v=True)
+    want, _ = reference(q, k, v, causal)
+    model = model_output(q, k, v, causal, True, True, seed, rotate_v=True)
+    ratio = rmse(out, want) / rmse(model, want)
+    assert 0.5 <= ratio <= 2.0, ratio
+    assert rel_l2(out, model) <= MODEL_BOUND, rel_l2(out, model)
 
 
 def test_attention_fp8_techniques_reduce_the_outlier_error(gpu):

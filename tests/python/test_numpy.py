@@ -193,7 +193,7 @@ def test_version_and_build_info():
     assert info["version"].startswith(hopattn.__version__)
     assert info["abi_version"] == hopattn._lib.ABI_VERSION == 3
     for direction, dtype, head_dim in info["kernels"]:
-        assert direction in ("fwd", "bwd") and dtype in ("bf16", "fp16") and head_dim in (64, 128, 256)
+        assert direction in ("fwd", "bwd", "fp8") and dtype in ("bf16", "fp16") and head_dim in (64, 128, 256)
 
 
 def test_is_available_never_raises():
