@@ -8,19 +8,14 @@
 #include <string>
 
 #include "api/instantiations.hpp"
+#include "api/messages.hpp"
 #include "api/problem.hpp"
 
 namespace hopattn {
 namespace {
 
-Result fail(Status s, const std::string& msg) { return Result{s, msg}; }
-
-template <typename... Ts>
-std::string cat(const Ts&... parts) {
-  std::ostringstream os;
-  (os << ... << parts);
-  return os.str();
-}
+using detail::cat;
+using detail::fail;
 
 int64_t numel(const TensorRef& t) {
   int64_t n = 1;

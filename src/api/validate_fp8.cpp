@@ -5,19 +5,14 @@
 #include <sstream>
 #include <string>
 
+#include "api/messages.hpp"
 #include "api/problem.hpp"
 
 namespace hopattn {
 namespace {
 
-Result fail(Status s, const std::string& msg) { return Result{s, msg}; }
-
-template <typename... Ts>
-std::string cat(const Ts&... parts) {
-  std::ostringstream os;
-  (os << ... << parts);
-  return os.str();
-}
+using detail::cat;
+using detail::fail;
 
 int64_t ceil_blocks(int64_t rows) { return (rows + kFp8BlockRows - 1) / kFp8BlockRows; }
 

@@ -14,19 +14,15 @@
 #include <string>
 
 #include "api/instantiations.hpp"
+#include "api/messages.hpp"
 #include "api/problem.hpp"
 
 namespace hopattn {
 namespace {
 
-Result fail(const std::string& msg) { return Result{Status::kInvalidArgument, msg}; }
+Result fail(const std::string& msg) { return detail::fail(Status::kInvalidArgument, msg); }
 
-template <typename... Ts>
-std::string cat(const Ts&... parts) {
-  std::ostringstream os;
-  (os << ... << parts);
-  return os.str();
-}
+using detail::cat;
 
 bool data_dtype_allowed(DType t, Backend backend) {
   switch (t) {
