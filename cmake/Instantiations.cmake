@@ -3,7 +3,7 @@
 set(HOPATTN_ALL_DTYPES bf16 fp16)
 set(HOPATTN_ALL_HEAD_DIMS 64 128 256)
 # Head dims the backward kernel exists for (a subset of the forward's).
-set(HOPATTN_BWD_HEAD_DIMS 64 128)
+set(HOPATTN_BWD_HEAD_DIMS 64 128 256)
 
 function(hopattn_generate_instantiations out_sources out_list)
   set(gen_dir ${CMAKE_BINARY_DIR}/instantiations)

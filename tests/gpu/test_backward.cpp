@@ -78,9 +78,9 @@ std::vector<BwdCase> make_grid() {
   const int64_t seqlens[][2] = {{1, 1}, {17, 17}, {127, 255}, {255, 127}, {1000, 1000}, {64, 64}, {513, 2048}};
   const int64_t heads[][2] = {{4, 4}, {8, 2}, {8, 1}};
   const DType dtypes[] = {DType::kBF16, DType::kFP16};
-  const int dims[] = {64, 128};
+  const int dims[] = {64, 128, 256};
   for (int ti = 0; ti < 2; ++ti)
-    for (int di = 0; di < 2; ++di)
+    for (int di = 0; di < 3; ++di)
       for (bool causal : {false, true})
         for (const auto& sl : seqlens)
           for (int hi = 0; hi < 3; ++hi)
@@ -89,8 +89,8 @@ std::vector<BwdCase> make_grid() {
               const bool small = area <= 64 * 64, mid = area <= 255 * 255, long_k = sl[1] > sl[0];
               if (!small && b == 2 && !(mid && hi == 1)) continue;
               if (!mid) {
-                // d128: (4, 4), or (8, 2) for the causal square; d64: MQA (8, 1) or GQA (8, 2).
-                const int pick = di == 1 ? (causal && !long_k ? 1 : 0) : ((ti + causal) % 2 == 0 ? 2 : 1);
+                // d128, d256: (4, 4), or (8, 2) for the causal square; d64: MQA (8, 1) or GQA (8, 2).
+                const int pick = di >= 1 ? (causal && !long_k ? 1 : 0) : ((ti + causal) % 2 == 0 ? 2 : 1);
                 if (hi != pick) continue;
                 if (long_k && dtypes[ti] == DType::kFP16 && !causal) continue;
               }
@@ -105,7 +105,7 @@ std::vector<BwdCase> make_grid() {
 std::vector<BwdCase> make_strided() {
   std::vector<BwdCase> cases;
   for (DType t : {DType::kBF16, DType::kFP16})
-    for (int d : {64, 128}) {
+    for (int d : {64, 128, 256}) {
       BwdCase a{t, d, true, 257, 257, 4, 4, 2, false, Layout::kPackedQKV};
       BwdCase b{t, d, false, 257, 257, 4, 4, 2, false, Layout::kPackedQKV};
       b.softmax_scale = 0.3f;
@@ -120,7 +120,8 @@ std::vector<BwdCase> make_strided() {
 // 64-bit offsets: ~4.3 GB of device memory each (one slab per batch, 2^31 + 4096 elements apart).
 std::vector<BwdCase> make_huge() {
   return {BwdCase{DType::kBF16, 128, true, 200, 500, 4, 2, 2, false, Layout::kHugeBatchStride},
-          BwdCase{DType::kFP16, 64, false, 200, 500, 4, 2, 2, true, Layout::kHugeBatchStride}};
+          BwdCase{DType::kFP16, 64, false, 200, 500, 4, 2, 2, true, Layout::kHugeBatchStride},
+          BwdCase{DType::kBF16, 256, true, 130, 300, 4, 2, 2, false, Layout::kHugeBatchStride}};
 }
 
 bool kernels_built(DType t, int d) { return has_forward_kernel(t, d) && has_backward_kernel(t, d); }
@@ -129,7 +130,7 @@ bool kernels_built(DType t, int d) { return has_forward_kernel(t, d) && has_back
 std::vector<std::pair<DType, int>> built_kernels() {
   std::vector<std::pair<DType, int>> out;
   for (DType t : {DType::kBF16, DType::kFP16})
-    for (int d : {64, 128})
+    for (int d : {64, 128, 256})
       if (kernels_built(t, d)) out.emplace_back(t, d);
   return out;
 }
@@ -633,7 +634,7 @@ TEST(BackwardDeterminism, NonDeterministicDkDvBitwiseDqClose) {
 TEST(BackwardRepeat, CausalGqaTwentyRunsStable) {
   if (!has_sm90()) GTEST_SKIP() << "no sm_90 device";
   bool ran = false;
-  for (int d : {64, 128}) {
+  for (int d : {64, 128, 256}) {
     const DType t = kernels_built(DType::kBF16, d) ? DType::kBF16 : DType::kFP16;
     if (!kernels_built(t, d)) continue;
     ran = true;

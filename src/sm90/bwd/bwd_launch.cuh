@@ -52,7 +52,7 @@ cudaError_t launch_main(const AttnBackwardProblem& bp, const WorkspaceLayout& w,
 
 template <DType kDType, int kHeadDim>
 cudaError_t run_bwd(const AttnBackwardProblem& bp, void* workspace, cudaStream_t stream) {
-  if constexpr (!(kDType == DType::kBF16 || kDType == DType::kFP16) || !(kHeadDim == 64 || kHeadDim == 128)) {
+  if constexpr (!(kDType == DType::kBF16 || kDType == DType::kFP16) || !(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256)) {
     return cudaErrorNotSupported;
   } else {
     using Element = typename ws::ElementOf<kDType>::type;

@@ -15,23 +15,32 @@ namespace hopattn::sm90::bwd {
 // Each CTA owns kBlockN keys of one (batch, kv head) and walks every query block that sees them,
 // over all query heads of the GQA group: dK and dV stay in registers for the whole walk (so they
 // are summed over the group without atomics and are deterministic), while dQ leaves each step
-// through fp32 atomics into the workspace.
+// as an fp32 reduce-add into the workspace.
+//
+// Two ways to share a CTA's work between its two consumer warpgroups:
+// - key split (head_dim 64, 128): each warpgroup owns 64 of the 128 keys for every GEMM.
+// - head_dim split (head_dim 256): dK and dV of 64 keys at d256 are 2 x 128 fp32 per thread of
+//   one warpgroup, over the 240 registers it gets. So the CTA owns 64 keys, warpgroup 0 computes
+//   S^T and P^T, warpgroup 1 dP^T and dS^T (exchanged through shared memory), and both split
+//   head_dim for dV, dK and dQ (2 x 64 fp32 per thread for dK, dV). See docs/design-backward.md.
 template <DType kDType, int kHeadDim_, bool kCausal_>
 struct BwdConfig {
-  static_assert(kHeadDim_ == 64 || kHeadDim_ == 128, "backward head_dim must be 64 or 128");
+  static_assert(kHeadDim_ == 64 || kHeadDim_ == 128 || kHeadDim_ == 256, "backward head_dim must be 64, 128 or 256");
   using Element = typename ws::ElementOf<kDType>::type;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr bool kCausal = kCausal_;
+  static constexpr bool kSplitHeadDim = kHeadDim == 256;
   // Queries per step: the N of the S^T / dP^T GEMMs and the K of the dK / dV GEMMs. d128: 64 keeps
   // the transposed scores (32 fp32 per thread each) beside dK and dV (2 x 64 per thread). d64: dK
   // and dV take only 2 x 32, so 128 queries (S^T, dP^T 64 each) fit and halve the per-step
-  // overheads (barriers, dQ staging) per FLOP.
+  // overheads (barriers, dQ staging) per FLOP. d256: 64, bounded by shared memory (Q and dO
+  // stages of 64 x 256 are 32 KB each).
   static constexpr int kBlockM = kHeadDim == 64 ? 128 : 64;
   static_assert(kRowPadding % kBlockM == 0 && kBlockM % kQueryBlock == 0);
-  // Keys per CTA: one 64-row WGMMA slice per consumer warpgroup.
-  static constexpr int kBlockN = 128;
+  // Keys per CTA: one 64-row WGMMA slice per consumer warpgroup (key split), or one for both.
+  static constexpr int kBlockN = kSplitHeadDim ? 64 : 128;
   static constexpr int kStages = 2;  // Q (+ lse) and dO (+ D) double-buffered
-  static constexpr int kNumConsumerWG = kBlockN / 64;
+  static constexpr int kNumConsumerWG = 2;
   static constexpr int kNumMmaThreads = kNumConsumerWG * 128;
   static constexpr int kNumThreads = kNumMmaThreads + 128;  // + the producer warpgroup
   // setmaxnreg: 128*24 + 256*240 = 64512 <= 64K registers per SM.
@@ -41,8 +50,10 @@ struct BwdConfig {
 
 // Named barriers (CUTLASS's user range; see ws/named_barriers.hpp).
 enum class BwdBarrier : unsigned {
-  kdSReady = 0,   // both consumer warpgroups wrote their dS^T slice: the dQ GEMM may read it
+  kdSReady = 0,   // dS^T is in shared memory (key split: both slices): the dK (head split) and dQ GEMMs may read it
   kdQReady = 1,   // both consumer warpgroups staged their dQ: one thread may issue the bulk reduce-add
+  kPReady = 2,    // head_dim split: warpgroup 0 wrote P^T; warpgroup 1 may read it
+  kdQStagedWG0 = 3,  // head_dim split, one per consumer warpgroup (3, 4): its 128 threads staged their dQ half
 };
 
 __device__ __forceinline__ unsigned barrier_id(BwdBarrier b) { return static_cast<unsigned>(b); }

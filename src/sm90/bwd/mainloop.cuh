@@ -4,8 +4,9 @@
 //   S^T = K Q^T, dP^T = V dO^T (both from smem), P^T = exp2(S^T * scale_log2 - lse),
 //   dS^T = P^T * (dP^T - D), dV += P^T dO and dK += dS^T Q (P^T, dS^T from registers),
 //   dQ = dS K (dS through smem, shared by both warpgroups).
-// Working on the transposed scores puts the keys on the WGMMA M side, so each consumer warpgroup
-// owns 64 keys end to end and its dK/dV accumulators never leave registers.
+// Working on the transposed scores puts the keys on the WGMMA M side, so dK/dV accumulators never
+// leave registers. How the consumer warpgroups share the GEMMs (by keys, or by head_dim at d256)
+// is BwdConfig's choice; consumer_key_split.cuh and consumer_head_split.cuh run the steps.
 #pragma once
 
 #include "sm90/bwd/config.hpp"
@@ -13,6 +14,9 @@
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 #include <cutlass/pipeline/pipeline.hpp>
+
+#include <type_traits>
+#include <utility>
 
 #include "api/problem.hpp"
 #include "sm90/ws/fragment_layout.cuh"
@@ -41,9 +45,9 @@ struct BwdMainloop {
   using SmemLayoutQ = decltype(cute::tile_to_shape(cute::GMMA::Layout_K_SW128_Atom<Element>{}, cute::Shape<BM, HD, ST>{}));
   using SmemLayoutQt = decltype(cute::tile_to_shape(cute::GMMA::Layout_MN_SW128_Atom<Element>{},
                                                     cute::Shape<HD, BM, ST>{}, cute::Step<cute::_2, cute::_1, cute::_3>{}));
-  // dS^T as written from the accumulators: (keys, queries), queries contiguous; read back by the
-  // dQ GEMM as the MN-major A operand (queries, keys). Two buffers: one warpgroup may write step
-  // i+1 while the other still multiplies step i.
+  // dS^T (and, head_dim split, P^T) as written from the accumulators: (keys, queries), queries
+  // contiguous, the K-major A operand of dK (dV); dS^T is read back by the dQ GEMM as the MN-major
+  // A operand (queries, keys). Two buffers each.
   using SmemLayoutdSt = decltype(cute::tile_to_shape(cute::GMMA::Layout_K_SW128_Atom<Element>{}, cute::Shape<BN, BM, cute::_2>{}));
   using SmemLayoutdS = decltype(cute::tile_to_shape(cute::GMMA::Layout_MN_SW128_Atom<Element>{},
                                                     cute::Shape<BM, BN, cute::_2>{}, cute::Step<cute::_2, cute::_1, cute::_3>{}));
@@ -54,19 +58,41 @@ struct BwdMainloop {
   // The workspace accumulator uses the same order; the postprocess maps it back to (row, col).
   static constexpr int kdQElems = kBlockM * kHeadDim;
   static constexpr int kdQPerThread = kdQElems / Cfg::kNumMmaThreads;
+  // Head_dim split: each warpgroup's half of the tile leaves as two 16 KB chunks (staged in the
+  // halves of the step's Q and dO buffers that only that warpgroup read), value v of warpgroup-local
+  // thread t at chunk v / 32, position ((v % 32) / 4 * 128 + t) * 4 + v % 4.
+  static constexpr int kdQChunkElems = kdQElems / 4;
+  // Where value v of dQ-GEMM thread t lies in a tile's fragment-ordered accumulator (the order the
+  // main kernel adds in and the postprocess reads back); groups of four v are contiguous.
+  __host__ __device__ static constexpr int dq_offset(int t, int v) {
+    if constexpr (Cfg::kSplitHeadDim) {
+      return (t / 128) * (2 * kdQChunkElems) + (v / 32) * kdQChunkElems + (((v % 32) / 4) * 128 + t % 128) * 4 + v % 4;
+    } else {
+      return ((v / 4) * Cfg::kNumMmaThreads + t) * 4 + v % 4;
+    }
+  }
 
-  // S^T and dP^T: (keys, queries), one 64-key WGMMA atom per consumer warpgroup.
+  // S^T and dP^T: (keys, queries). Key split: one 64-key WGMMA atom per consumer warpgroup, both
+  // GEMMs on each. Head_dim split: the whole 64-key tile on one warpgroup (S^T on warpgroup 0, dP^T
+  // on warpgroup 1), so its thread slice is taken with the warpgroup-local thread index.
   using WarpGroupsAlongM = cute::Layout<cute::Shape<cute::Int<Cfg::kNumConsumerWG>, cute::_1, cute::_1>>;
+  using WarpGroupsAlongN = cute::Layout<cute::Shape<cute::_1, cute::Int<Cfg::kNumConsumerWG>, cute::_1>>;
   using AtomSdP = decltype(cute::GMMA::ss_op_selector<Element, Element, float, cute::Shape<cute::_64, BM, HD>>());
-  using TiledMmaSdP = decltype(cute::make_tiled_mma(AtomSdP{}, WarpGroupsAlongM{}));
-  // dK, dV: (keys, head_dim), K = queries; A (P^T or dS^T) from registers.
-  using AtomdKV = decltype(cute::GMMA::rs_op_selector<Element, Element, float, cute::Shape<cute::_64, HD, BM>,
-                                                      cute::GMMA::Major::K, cute::GMMA::Major::MN>());
-  using TiledMmadKV = decltype(cute::make_tiled_mma(AtomdKV{}, WarpGroupsAlongM{}));
+  using TiledMmaSdP = std::conditional_t<Cfg::kSplitHeadDim, decltype(cute::make_tiled_mma(AtomSdP{})),
+                                         decltype(cute::make_tiled_mma(AtomSdP{}, WarpGroupsAlongM{}))>;
+  // dK, dV: (keys, head_dim), K = queries. Key split: A (P^T or dS^T) from registers. Head_dim
+  // split: A from the shared P^T / dS^T tiles, each warpgroup computing half of head_dim.
+  using AtomdKVRegA = decltype(cute::GMMA::rs_op_selector<Element, Element, float, cute::Shape<cute::_64, HD, BM>,
+                                                          cute::GMMA::Major::K, cute::GMMA::Major::MN>());
+  using AtomdKVSmemA = decltype(cute::GMMA::ss_op_selector<Element, Element, float,
+                                                           cute::Shape<cute::_64, cute::Int<kHeadDim / 2>, BM>,
+                                                           cute::GMMA::Major::K, cute::GMMA::Major::MN>());
+  using TiledMmadKV = std::conditional_t<Cfg::kSplitHeadDim, decltype(cute::make_tiled_mma(AtomdKVSmemA{}, WarpGroupsAlongN{})),
+                                         decltype(cute::make_tiled_mma(AtomdKVRegA{}, WarpGroupsAlongM{}))>;
   // dQ: (queries, head_dim), K = keys; the two warpgroups split head_dim.
   using AtomdQ = decltype(cute::GMMA::ss_op_selector<Element, Element, float, cute::Shape<cute::_64, cute::Int<kHeadDim / 2>, BN>,
                                                      cute::GMMA::Major::MN, cute::GMMA::Major::MN>());
-  using TiledMmadQ = decltype(cute::make_tiled_mma(AtomdQ{}, cute::Layout<cute::Shape<cute::_1, cute::_2, cute::_1>>{}));
+  using TiledMmadQ = decltype(cute::make_tiled_mma(AtomdQ{}, WarpGroupsAlongN{}));
   static_assert(Cfg::kNumConsumerWG == 2, "dQ splits head_dim over exactly two warpgroups");
 
   // Global views: (seq, head_dim, head, batch) with the caller's strides; the padded per-row
@@ -90,7 +116,9 @@ struct BwdMainloop {
   using Pipeline = cutlass::PipelineTmaAsync<kStages>;
   using PipelineState = typename Pipeline::PipelineState;
 
-  struct SharedStorage {
+  // Key split: dS^T double-buffered (one warpgroup may write step i+1 while the other still
+  // multiplies step i) and dQ staged for one bulk reduce-add.
+  struct SharedStorageKeySplit {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> k;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> v;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
@@ -103,6 +131,24 @@ struct BwdMainloop {
     typename Pipeline::SharedStorage pipe_do;
     uint64_t barrier_kv;  // ClusterTransactionBarrier: K and V arrived
   };
+  // Head_dim split (d256): K, V, two stages of Q and dO take 192 KB, P^T and dS^T (both
+  // double-buffered, so no barrier is needed before overwriting them: the writer of step i+2 has
+  // passed a barrier the reader crosses only after finishing step i) 32 KB: 224 of the 227 KB. No
+  // separate room to stage dQ: each warpgroup stages its half in the Q and dO halves it alone read.
+  struct SharedStorageHeadSplit {
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> k;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> v;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> dout;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutdSt>, 1024> p;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutdSt>, 1024> ds;
+    cute::array_aligned<float, cute::cosize_v<SmemLayoutRow>, 128> lse;
+    cute::array_aligned<float, cute::cosize_v<SmemLayoutRow>, 128> dpsum;
+    typename Pipeline::SharedStorage pipe_q;
+    typename Pipeline::SharedStorage pipe_do;
+    uint64_t barrier_kv;
+  };
+  using SharedStorage = std::conditional_t<Cfg::kSplitHeadDim, SharedStorageHeadSplit, SharedStorageKeySplit>;
 
   struct Params {
     TmaQ tma_q, tma_do;
@@ -149,6 +195,47 @@ struct BwdMainloop {
       return {first_row <= 0 ? 0 : first_row / kBlockM, m_end};
     }
   }
+
+  // ---- what both consumer variants read ---------------------------------------------------------
+
+  template <class Layout>
+  using SmemTensor = decltype(cute::make_tensor(cute::make_smem_ptr(static_cast<Element*>(nullptr)), Layout{}));
+  using SmemRowTensor = decltype(cute::make_tensor(cute::make_smem_ptr(static_cast<float*>(nullptr)), SmemLayoutRow{}));
+  template <class Layout>
+  __device__ static SmemTensor<Layout> smem(Element* p) {
+    return cute::make_tensor(cute::make_smem_ptr(p), Layout{});
+  }
+  template <class Thr, class Layout>
+  using FragA = decltype(std::declval<Thr&>().partition_fragment_A(std::declval<SmemTensor<Layout>&>()));
+  template <class Thr, class Layout>
+  using FragB = decltype(std::declval<Thr&>().partition_fragment_B(std::declval<SmemTensor<Layout>&>()));
+
+  // The shared-memory operands of the GEMMs common to both variants, as one thread's WGMMA
+  // descriptors (each operand in the orientation its GEMM reads), and the per-row lse and D.
+  template <class ThrSdP, class ThrdKV, class ThrdQ>
+  struct Operands {
+    FragA<ThrSdP, SmemLayoutK> k;       // S^T = K Q^T
+    FragB<ThrSdP, SmemLayoutQ> q;
+    FragA<ThrSdP, SmemLayoutK> v;       // dP^T = V dO^T
+    FragB<ThrSdP, SmemLayoutQ> dout;
+    FragB<ThrdKV, SmemLayoutQt> dout_t;  // dV += P^T dO
+    FragB<ThrdKV, SmemLayoutQt> q_t;     // dK += dS^T Q
+    FragA<ThrdQ, SmemLayoutdS> ds;      // dQ = dS K
+    FragB<ThrdQ, SmemLayoutKt> k_t;
+    SmemRowTensor lse, dpsum;
+
+    __device__ Operands(SharedStorage& ss, ThrSdP& sdp, ThrdKV& dkv, ThrdQ& dq)
+        : k(sdp.partition_fragment_A(smem<SmemLayoutK>(ss.k.data()))),
+          q(sdp.partition_fragment_B(smem<SmemLayoutQ>(ss.q.data()))),
+          v(sdp.partition_fragment_A(smem<SmemLayoutK>(ss.v.data()))),
+          dout(sdp.partition_fragment_B(smem<SmemLayoutQ>(ss.dout.data()))),
+          dout_t(dkv.partition_fragment_B(smem<SmemLayoutQt>(ss.dout.data()))),
+          q_t(dkv.partition_fragment_B(smem<SmemLayoutQt>(ss.q.data()))),
+          ds(dq.partition_fragment_A(smem<SmemLayoutdS>(ss.ds.data()))),
+          k_t(dq.partition_fragment_B(smem<SmemLayoutKt>(ss.k.data()))),
+          lse(cute::make_tensor(cute::make_smem_ptr(ss.lse.data()), SmemLayoutRow{})),
+          dpsum(cute::make_tensor(cute::make_smem_ptr(ss.dpsum.data()), SmemLayoutRow{})) {}
+  };
 
   // ---- producer (one elected thread) ------------------------------------------------------------
 

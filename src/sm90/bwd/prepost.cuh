@@ -90,7 +90,7 @@ __global__ void __launch_bounds__(Mainloop::kdQElems / Mainloop::kdQPerThread)
   float v[Mainloop::kdQPerThread];
 #pragma unroll
   for (int j = 0; j < Mainloop::kdQPerThread / 4; ++j) {
-    const float4 x = *reinterpret_cast<const float4*>(acc + (j * kThreads + t) * 4);
+    const float4 x = *reinterpret_cast<const float4*>(acc + Mainloop::dq_offset(t, 4 * j));
     v[4 * j] = x.x, v[4 * j + 1] = x.y, v[4 * j + 2] = x.z, v[4 * j + 3] = x.w;
   }
   Element* dq = static_cast<Element*>(p.dq) + batch * p.dq_stride[0] + head * p.dq_stride[2];

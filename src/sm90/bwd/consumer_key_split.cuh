@@ -1,0 +1,147 @@
+// The consumer warpgroups of the key-split backward (head_dim 64, 128): each of the two owns 64 of
+// the CTA's 128 keys for every GEMM of a step, so S^T, dP^T, P^T and dS^T never leave its
+// registers except dS^T, which both need for dQ = dS K (each computing half of head_dim).
+#pragma once
+
+#include "sm90/bwd/config.hpp"
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/pipeline/pipeline.hpp>
+
+#include "sm90/bwd/kernel_common.cuh"
+#include "sm90/bwd/mainloop.cuh"
+#include "sm90/ws/fragment_layout.cuh"
+
+namespace hopattn::sm90::bwd {
+
+template <class Cfg>
+__device__ __forceinline__ void consume_key_split(const typename BwdKernel<Cfg>::Params& params,
+                                                  typename BwdKernel<Cfg>::SharedStorage& ss,
+                                                  typename BwdKernel<Cfg>::Mainloop::Pipeline& pipe_q,
+                                                  typename BwdKernel<Cfg>::Mainloop::Pipeline& pipe_do, int thread_idx) {
+  using K = BwdKernel<Cfg>;
+  using Mainloop = typename K::Mainloop;
+  using PipelineState = typename Mainloop::PipelineState;
+  using Element = typename Cfg::Element;
+  using namespace cute;
+  constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kHeadDim = Cfg::kHeadDim;
+  using BM = Int<kBlockM>;
+  using BN = Int<kBlockN>;
+  using HD = Int<kHeadDim>;
+  const auto& mp = params.mainloop;
+  const typename K::Block blk = K::block(params);
+  const auto range = Mainloop::query_range(mp, blk.n_block);
+
+  typename Mainloop::TiledMmaSdP mma_sdp;
+  typename Mainloop::TiledMmadKV mma_dkv;
+  typename Mainloop::TiledMmadQ mma_dq;
+  auto thr_sdp = mma_sdp.get_thread_slice(thread_idx);
+  auto thr_dkv = mma_dkv.get_thread_slice(thread_idx);
+  auto thr_dq = mma_dq.get_thread_slice(thread_idx);
+
+  Tensor tdVrdV = partition_fragment_C(mma_dkv, Shape<BN, HD>{});
+  Tensor tdKrdK = partition_fragment_C(mma_dkv, Shape<BN, HD>{});
+  clear(tdVrdV);
+  clear(tdKrdK);
+
+  if (range.m_begin < range.m_end) {
+    typename Mainloop::template Operands<decltype(thr_sdp), decltype(thr_dkv), decltype(thr_dq)> op(ss, thr_sdp, thr_dkv, thr_dq);
+    Tensor tScS = thr_sdp.partition_C(make_identity_tensor(Shape<BN, BM>{}));
+    auto c_rc = ws::acc_rowcol(tScS);
+
+    const int diag_offset = mp.seqlen_k - mp.seqlen_q;  // key j visible to query i iff j <= i + diag_offset
+    const int key0 = blk.n_block * kBlockN;
+    PipelineState st;
+    int ds_buf = 0;
+    cutlass::arch::ClusterTransactionBarrier::wait(&ss.barrier_kv, 0);
+
+    for (int g = 0; g < mp.group; ++g) {
+      const int head = blk.kv_head * mp.group + g;
+      for (int m = range.m_begin; m < range.m_end; ++m) {
+        Tensor tSrS = partition_fragment_C(mma_sdp, Shape<BN, BM>{});
+        Tensor tdPrdP = partition_fragment_C(mma_sdp, Shape<BN, BM>{});
+        pipe_q.consumer_wait(st);
+        ws::wgmma_issue<true>(mma_sdp, op.k, op.q(_, _, _, st.index()), tSrS);
+        pipe_do.consumer_wait(st);
+        ws::wgmma_issue<true>(mma_sdp, op.v, op.dout(_, _, _, st.index()), tdPrdP);
+        warpgroup_wait<1>();  // S^T done; dP^T may still run
+
+        scores_to_probs<Cfg::kCausal>(tSrS, tScS, op.lse(_, st.index()), key0, m * kBlockM, mp.seqlen_k, diag_offset,
+                                      Mainloop::step_needs_mask(mp, blk.n_block, m), mp.scale_log2);
+        warpgroup_wait<0>();  // dP^T done
+        // dS^T = P^T * (dP^T - D), in place of dP^T.
+        auto s_rc = ws::acc_rowcol(tSrS);
+        auto dp_rc = ws::acc_rowcol(tdPrdP);
+        CUTE_UNROLL
+        for (int c = 0; c < size<1>(dp_rc); ++c) {
+          const float d = op.dpsum(get<1>(c_rc(0, c)), st.index());
+          CUTE_UNROLL
+          for (int r = 0; r < size<0>(dp_rc); ++r) dp_rc(r, c) = s_rc(r, c) * (dp_rc(r, c) - d);
+        }
+
+        // dV += P^T dO and dK += dS^T Q, both with A from registers.
+        Tensor tPrP = cute::make_tensor<Element>(ws::acc_to_a_operand_layout(tSrS.layout()));
+        ws::convert_fragment(tSrS, tPrP);
+        ws::wgmma_issue<false>(mma_dkv, tPrP, op.dout_t(_, _, _, st.index()), tdVrdV);
+        Tensor tdSrdS = cute::make_tensor<Element>(ws::acc_to_a_operand_layout(tdPrdP.layout()));
+        ws::convert_fragment(tdPrdP, tdSrdS);
+        ws::wgmma_issue<false>(mma_dkv, tdSrdS, op.q_t(_, _, _, st.index()), tdKrdK);
+
+        // dS^T to shared memory with stmatrix (8x8 16-bit tiles in accumulator order, the same
+        // store the forward epilogue uses for O), then dQ = dS K over both warpgroups' keys: each
+        // warpgroup computes half of head_dim. Thread 0 first makes sure the previous step's
+        // bulk reduce has finished reading the dQ staging buffer, which is rewritten below.
+        {
+          Tensor tdSrdS_acc = make_tensor(tdSrdS.data(), tdPrdP.layout());
+          Tensor sdSt_buf = make_tensor(make_smem_ptr(ss.ds.data() + ds_buf * (kBlockN * kBlockM)),
+                                        take<0, 2>(typename Mainloop::SmemLayoutdSt{}));
+          auto smem_copy = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, mma_sdp);
+          auto thr_copy = smem_copy.get_thread_slice(thread_idx);
+          copy(smem_copy, thr_copy.retile_S(tdSrdS_acc), thr_copy.partition_D(sdSt_buf));
+        }
+        if (thread_idx == 0) tma_store_wait<0>();
+        cutlass::arch::fence_view_async_shared();  // generic-proxy stores -> WGMMA (async proxy)
+        cutlass::arch::NamedBarrier::sync(Cfg::kNumMmaThreads, barrier_id(BwdBarrier::kdSReady));
+        Tensor tdQrdQ = partition_fragment_C(mma_dq, Shape<BM, HD>{});
+        Tensor tdQrdS_buf = op.ds(_, _, _, ds_buf);
+        ws::wgmma_issue<true>(mma_dq, tdQrdS_buf, op.k_t, tdQrdQ);
+        warpgroup_wait<0>();  // dV, dK, dQ done: Q and dO of this stage are no longer read
+        pipe_q.consumer_release(st);
+        pipe_do.consumer_release(st);
+
+        // dQ (unscaled) into the fp32 accumulator: staged in fragment order, then one bulk
+        // reduce-add of the whole tile (the L2 does the adds at line rate; per-element atomics
+        // from every thread were the bottleneck). Deterministic mode: key blocks take turns per
+        // query block in increasing order, so the fp32 sums are formed in a fixed order.
+        static_assert(Mainloop::kdQPerThread % 4 == 0);
+        CUTE_UNROLL
+        for (int j = 0; j < Mainloop::kdQPerThread / 4; ++j) {
+          *reinterpret_cast<float4*>(ss.dq.data() + Mainloop::dq_offset(thread_idx, 4 * j)) =
+              make_float4(tdQrdQ(4 * j), tdQrdQ(4 * j + 1), tdQrdQ(4 * j + 2), tdQrdQ(4 * j + 3));
+        }
+        cutlass::arch::fence_view_async_shared();  // staged dQ visible to the bulk copy (async proxy)
+        cutlass::arch::NamedBarrier::sync(Cfg::kNumMmaThreads, barrier_id(BwdBarrier::kdQReady));
+        if (thread_idx == 0) {
+          const int64_t tile = K::dq_tile(params, blk, head, m);
+          float* dq = params.dq_accum + tile * Mainloop::kdQElems;
+          int* sem = params.semaphore + tile;
+          if (params.deterministic) wait_turn(sem, blk.n_block);
+          bulk_reduce_add_f32(dq, ss.dq.data(), Mainloop::kdQElems * sizeof(float));
+          tma_store_arrive();  // commit the bulk group
+          if (params.deterministic) {
+            bulk_wait_complete();  // the adds are done in global memory, not only read from smem
+            store_release(sem, blk.n_block + 1);
+          }
+        }
+        ++st;
+        ds_buf ^= 1;
+      }
+    }
+  }
+
+  if (thread_idx == 0) tma_store_wait<0>();  // shared memory must outlive the last bulk read
+  store_dk_dv<Cfg>(params, blk, thr_dkv, tdKrdK, tdVrdV);
+}
+
+}  // namespace hopattn::sm90::bwd

@@ -1,0 +1,157 @@
+// What the backward kernel's roles share: its parameters and block mapping, the score-to-
+// probability step, the primitives that hand dQ partials to the workspace accumulator (bulk
+// reduce-add, vector reduce-add, deterministic-mode turn counters) and the dK/dV store.
+#pragma once
+
+#include "sm90/bwd/config.hpp"
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/numeric_conversion.h>
+
+#include <cmath>
+
+#include "sm90/bwd/mainloop.cuh"
+#include "sm90/ws/fragment_layout.cuh"
+#include "sm90/ws/softmax.cuh"  // fast_exp2
+
+namespace hopattn::sm90::bwd {
+
+template <class Cfg>
+struct BwdKernel {
+  using Mainloop = BwdMainloop<Cfg>;
+  using SharedStorage = typename Mainloop::SharedStorage;
+  static constexpr int kSmemBytes = int(sizeof(SharedStorage));
+  static_assert(kSmemBytes <= 227 * 1024, "tile does not fit in shared memory");
+
+  struct Params {
+    typename Mainloop::Params mainloop;
+    float* dq_accum;  // (batch, heads_q, seqlen_q_padded, head_dim) fp32, zeroed by the preprocess
+    int* semaphore;   // (batch, heads_q, m_blocks), zeroed by the preprocess; deterministic mode only
+    void* dk;
+    void* dv;
+    int64_t dk_stride[3], dv_stride[3];
+    float scale;
+    int n_blocks;
+    bool deterministic;
+    bool key_blocks_inner;
+  };
+
+  struct Block {
+    int n_block, kv_head, batch;
+  };
+  // key_blocks_inner: the key blocks of one (batch, kv head) run side by side, sharing that head's
+  // Q, dO and dQ accumulator through L2. Otherwise (causal only) key block 0, which sees the most
+  // query blocks, goes first across all heads: longest first, but every resident CTA streams a
+  // different head's Q and dO.
+  __device__ static Block block(const Params& p) {
+    const int idx = int(blockIdx.x);
+    const int heads_kv = p.mainloop.heads_kv;
+    if (!p.key_blocks_inner) {
+      const int per_n = heads_kv * p.mainloop.batch;
+      return {idx / per_n, idx % heads_kv, (idx % per_n) / heads_kv};
+    }
+    const int rest = idx / p.n_blocks;
+    return {idx % p.n_blocks, rest % heads_kv, rest / heads_kv};
+  }
+
+  // The (query block, head) tile's slice of the dQ accumulator, in fragment order, and its
+  // deterministic-mode turn counter.
+  __device__ static int64_t dq_tile(const Params& p, const Block& blk, int head, int m_block) {
+    const auto& mp = p.mainloop;
+    return (int64_t(blk.batch) * mp.heads_q + head) * (mp.seqlen_q_padded / Cfg::kBlockM) + m_block;
+  }
+};
+
+__device__ __forceinline__ int load_acquire(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void store_release(int* p, int v) {
+  asm volatile("st.release.gpu.global.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+// Deterministic mode: key block n adds its dQ partial to a query tile only when the tile's
+// counter reads n, and hands the turn to n + 1 once its adds are complete in global memory.
+// Blocks are launched in increasing index, so block n - 1 is resident or done when n waits.
+__device__ __forceinline__ void wait_turn(const int* sem, int n_block) {
+  while (load_acquire(sem) != n_block) {
+  }
+}
+
+// Adds `bytes` of fp32 from shared memory into global memory, element-wise, as one asynchronous
+// bulk operation (CuTe wraps only the tensor-map form of cp.reduce.async.bulk). Completes through
+// the bulk-group mechanism: commit with tma_store_arrive, wait with tma_store_wait / bulk_wait_complete.
+__device__ __forceinline__ void bulk_reduce_add_f32(float* gmem, const float* smem, uint32_t bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;" ::"l"(gmem),
+               "r"(cute::cast_smem_ptr_to_uint(smem)), "r"(bytes)
+               : "memory");
+}
+// Waits until every committed bulk group has completed its global writes (not only its smem
+// reads), then orders them before this thread's later generic-proxy accesses.
+__device__ __forceinline__ void bulk_wait_complete() {
+  asm volatile("cp.async.bulk.wait_group 0;\n\tfence.proxy.async.global;" ::: "memory");
+}
+
+// P^T = exp2(S^T * scale * log2(e) - lse * log2(e)) in place, for one (keys, queries) fragment of
+// the step's tile: key j is visible to query i iff j < seqlen_k and, causal, j <= i + seqlen_k -
+// seqlen_q; hidden entries become 0 (lse is +inf for padded and key-less rows, so their columns
+// vanish too). `coords` maps fragment positions to (key, query) within the tile.
+template <bool kCausal, class Frag, class Coords, class RowTensor>
+__device__ __forceinline__ void scores_to_probs(Frag& s_t, const Coords& coords, const RowTensor& lse_row, int key0,
+                                                int query0, int seqlen_k, int diag_offset, bool needs_mask, float scale_log2) {
+  using namespace cute;
+  auto s_rc = ws::acc_rowcol(s_t);
+  auto c_rc = ws::acc_rowcol(coords);
+  CUTE_UNROLL
+  for (int c = 0; c < size<1>(s_rc); ++c) {
+    const int col = get<1>(c_rc(0, c));
+    const float lse = lse_row(col);
+    const int key_limit = min(seqlen_k, query0 + col + diag_offset + 1);  // causal or not: keys < limit
+    CUTE_UNROLL
+    for (int r = 0; r < size<0>(s_rc); ++r) {
+      float s = s_rc(r, c);
+      if (needs_mask) {
+        const int key = key0 + get<0>(c_rc(r, c));
+        if (key >= (kCausal ? key_limit : seqlen_k)) s = -INFINITY;
+      }
+      s_rc(r, c) = ws::fast_exp2(s * scale_log2 - lse);
+    }
+  }
+}
+
+// Writes one warpgroup's (keys, head_dim) gradient tile, times `scale`, rows past seqlen_k clipped.
+// Adjacent column pairs leave as one 32-bit store.
+template <class Element, class Frag, class Coords>
+__device__ __forceinline__ void store_kv_grad(Element* base, int64_t row_stride, int key0, int seqlen_k, const Frag& acc,
+                                              const Coords& coords, float scale) {
+  using namespace cute;
+  CUTE_UNROLL
+  for (int i = 0; i < size(acc); i += 2) {
+    const int key = key0 + get<0>(coords(i));
+    if (key < seqlen_k) {
+      cutlass::Array<float, 2> v;
+      v[0] = acc(i) * scale;
+      v[1] = acc(i + 1) * scale;
+      *reinterpret_cast<cutlass::Array<Element, 2>*>(base + key * row_stride + get<1>(coords(i))) =
+          cutlass::NumericArrayConverter<Element, float, 2>{}(v);
+    }
+  }
+}
+
+// dK = scale * sum dS^T Q and dV = sum P^T dO of this thread's fragment, to the caller's tensors.
+template <class Cfg, class ThrMma, class Frag>
+__device__ __forceinline__ void store_dk_dv(const typename BwdKernel<Cfg>::Params& params,
+                                            const typename BwdKernel<Cfg>::Block& blk, const ThrMma& thr_dkv,
+                                            const Frag& dk_acc, const Frag& dv_acc) {
+  using namespace cute;
+  using Element = typename Cfg::Element;
+  Tensor coords = thr_dkv.partition_C(make_identity_tensor(Shape<Int<Cfg::kBlockN>, Int<Cfg::kHeadDim>>{}));
+  const int key0 = blk.n_block * Cfg::kBlockN;
+  Element* dk = static_cast<Element*>(params.dk) + blk.batch * params.dk_stride[0] + blk.kv_head * params.dk_stride[2];
+  Element* dv = static_cast<Element*>(params.dv) + blk.batch * params.dv_stride[0] + blk.kv_head * params.dv_stride[2];
+  store_kv_grad(dk, params.dk_stride[1], key0, params.mainloop.seqlen_k, dk_acc, coords, params.scale);
+  store_kv_grad(dv, params.dv_stride[1], key0, params.mainloop.seqlen_k, dv_acc, coords, 1.f);
+}
+
+}  // namespace hopattn::sm90::bwd
