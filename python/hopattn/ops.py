@@ -1,9 +1,12 @@
-# The public operations: attention() on torch CUDA tensors (sm90 kernels, differentiable through a
-# torch.autograd.Function) or numpy arrays (CPU reference), attention_backward() (numpy gradients
-# through the CPU reference), attention_reference() (CUDA reference kernel), and build/device
+# The public operations: attention() on torch CUDA tensors (sm90 kernels; differentiable; straight
+# through ctypes in plain eager, through the torch.library custom ops hopattn::fwd / hopattn::bwd of
+# torch_ops.py when torch traces or transforms the call, e.g. under torch.compile; capturable in
+# CUDA graphs either way) or numpy arrays (CPU reference), attention_backward()
+# (numpy gradients through the CPU reference), attention_reference() (CUDA reference kernel), and build/device
 # queries. torch is never imported here: a torch tensor can only exist if the caller already
 # imported torch.
 import ctypes
+import struct
 import sys
 
 from . import _lib
@@ -34,6 +37,23 @@ def _check_scale(softmax_scale):
 
 
 # --- torch ----------------------------------------------------------------------------------------
+#
+# On torch tensors attention() reaches the kernels by one of two routes. Both end in
+# _direct_forward / _direct_backward below, so they run the same kernels on the same arguments and
+# give the same bits:
+#
+#  * direct, for plain eager calls (the common case, and the one whose host cost matters at small
+#    shapes): ctypes straight from attention(), through the lean torch.autograd.Function of
+#    _make_direct_function when a gradient is needed. What can be looked up once lives in _Direct;
+#    the argument struct is filled by one struct.pack_into; the stream is
+#    torch._C._cuda_getCurrentRawStream(device); the current device is switched only when q is
+#    not on it.
+#  * the custom op torch.ops.hopattn.fwd (torch_ops.py), whenever torch has to see the call as an
+#    operator: torch.compile / torch.export tracing (torch.compiler.is_compiling()), tensor
+#    subclasses (FakeTensor, FunctionalTensor, DTensor, nn.Parameter...), an active
+#    TorchDispatchMode (FakeTensorMode, make_fx, FlopCounterMode...), a TorchFunctionMode other
+#    than torch.device(...) / set_default_device, functorch transforms (vmap, grad...) and
+#    torch.jit.trace. The op's CUDA kernels call _direct_forward / _direct_backward.
 
 
 _torch_dtype_codes = None
@@ -70,28 +90,18 @@ def _check_torch_inputs(torch, q, k, v):
             raise _lib.InvalidArgumentError(f"{name}: expected a dense (strided) tensor, got layout {t.layout}")
 
 
-def _run_torch(c_fn, what, torch, q, k, v, causal, softmax_scale, return_lse):
-    _check_torch_inputs(torch, q, k, v)
+def _torch_forward_outputs(torch, q, return_lse=True):
+    """Fresh out (contiguous, like q) and lse ((batch, heads_q, seqlen_q) float32, or None), as
+    _direct_forward allocates them; for the op's CPU kernel and fake (torch.compile) implementation."""
     batch, seqlen_q, heads_q, head_dim = q.shape
-    # The device guard makes the library's CUDA calls (and torch's allocations) target q's device,
-    # and picks that device's current stream, so multi-GPU callers need no set_device of their own.
-    with torch.cuda.device(q.device):
-        out = torch.empty((batch, seqlen_q, heads_q, head_dim), dtype=q.dtype, device=q.device)
-        lse = None
-        if return_lse:
-            lse = torch.empty((batch, heads_q, seqlen_q), dtype=torch.float32, device=q.device)
-        args = _lib.make_fwd_args(
-            _torch_tensor(torch, "q", q),
-            _torch_tensor(torch, "k", k),
-            _torch_tensor(torch, "v", v),
-            _torch_tensor(torch, "out", out),
-            _torch_tensor(torch, "lse", lse) if lse is not None else None,
-            causal,
-            softmax_scale,
-        )
-        stream = torch.cuda.current_stream(q.device).cuda_stream
-        _lib.check(c_fn(ctypes.byref(args), ctypes.c_void_p(stream)), what)
-    return (out, lse) if return_lse else out
+    out = torch.empty((batch, seqlen_q, heads_q, head_dim), dtype=q.dtype, device=q.device)
+    lse = torch.empty((batch, heads_q, seqlen_q), dtype=torch.float32, device=q.device) if return_lse else None
+    return out, lse
+
+
+def _torch_grad_outputs(torch, q, k, v):
+    """Fresh dq, dk, dv (empty_like q, k, v); shared by the direct path and the real and fake hopattn::bwd."""
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
 def _torch_dout(torch, dout, q):
@@ -100,11 +110,15 @@ def _torch_dout(torch, dout, q):
     if dout.dtype != q.dtype:
         dout = dout.to(q.dtype)
     per16 = max(16 // dout.element_size(), 1)
+    sizes = dout.shape
+    strides = dout.stride()
     usable = (
-        dout.dim() == 4
-        and dout.stride(-1) == 1
+        len(sizes) == 4
+        and strides[3] == 1
         and dout.data_ptr() % 16 == 0
-        and all(dout.size(i) <= 1 or dout.stride(i) % per16 == 0 for i in range(3))
+        and (sizes[0] <= 1 or strides[0] % per16 == 0)
+        and (sizes[1] <= 1 or strides[1] % per16 == 0)
+        and (sizes[2] <= 1 or strides[2] % per16 == 0)
     )
     if not usable:
         # clone, not contiguous(): contiguous() returns a misaligned contiguous view unchanged.
@@ -112,91 +126,409 @@ def _torch_dout(torch, dout, q):
     return dout
 
 
-def _run_torch_backward(torch, q, k, v, out, dout, lse, causal, softmax_scale, deterministic):
-    """dq, dk, dv (torch.empty_like q, k, v) from hopattn_backward on the current stream."""
-    lib = _lib.load()
-    with torch.cuda.device(q.device):
-        dout = _torch_dout(torch, dout, q)
-        dq = torch.empty_like(q)
-        dk = torch.empty_like(k)
-        dv = torch.empty_like(v)
-        args = _lib.make_bwd_args(
-            _torch_tensor(torch, "q", q),
-            _torch_tensor(torch, "k", k),
-            _torch_tensor(torch, "v", v),
-            _torch_tensor(torch, "out", out),
-            _torch_tensor(torch, "dout", dout),
-            _torch_tensor(torch, "lse", lse),
-            _torch_tensor(torch, "dq", dq),
-            _torch_tensor(torch, "dk", dk),
-            _torch_tensor(torch, "dv", dv),
-            causal,
-            softmax_scale,
-            deterministic,
+# The C structs filled in one struct.pack_into: formats derived from _lib's ctypes declarations
+# (native alignment, as the C compiler lays them out) and checked byte for byte against the ctypes
+# constructors once per process (_Direct.__init__); on any mismatch the direct path keeps using
+# the constructors.
+_STRUCT_CODES = {
+    ctypes.c_void_p: "P",
+    ctypes.c_int32: "i",
+    ctypes.c_uint32: "I",
+    ctypes.c_int64: "q",
+    ctypes.c_float: "f",
+}
+
+
+def _struct_format(cls):
+    parts = []
+    for _, ctype in cls._fields_:
+        if isinstance(ctype, type) and issubclass(ctype, ctypes.Structure):
+            parts.append(_struct_format(ctype))
+        elif isinstance(ctype, type) and issubclass(ctype, ctypes.Array):
+            parts.append(f"{ctype._length_}{_STRUCT_CODES[ctype._type_]}")
+        else:
+            parts.append(_STRUCT_CODES[ctype])
+    return "".join(parts)
+
+
+_NO_TENSOR = (0,) * 11  # HopattnTensor(): data NULL, ndim 0 (lse not computed)
+_PACK_ERRORS = (struct.error, OverflowError)
+
+
+def _packer(cls, n_tensors, tail):
+    """struct.Struct(...).pack_into for cls, or None if its bytes differ from the ctypes
+    constructor's for sample values (n_tensors HopattnTensors followed by the scalars `tail`)."""
+    try:
+        packer = struct.Struct("@" + _struct_format(cls))
+    except (KeyError, struct.error):
+        return None
+    if packer.size > ctypes.sizeof(cls):
+        return None
+    values, tensors = [], []
+    for i in range(n_tensors):
+        ndim = 3 + i % 2
+        sizes = [1000 * i + j + 1 for j in range(ndim)]
+        strides = [-(100 * i + j + 7) for j in range(ndim)]
+        tensors.append(_lib.make_tensor(0x10000 * (i + 1), i % 3, sizes, strides))
+        pad = [0] * (4 - ndim)
+        values += [0x10000 * (i + 1), i % 3, ndim, *sizes, *pad, *strides, *pad]
+    want = cls(*tensors, *tail)
+    got = cls()
+    packer.pack_into(got, 0, *values, *tail)
+    return packer.pack_into if bytes(got) == bytes(want) else None
+
+
+class _Direct:
+    """What the direct path looks up once per process; built on the first torch call."""
+
+    def __init__(self, torch):
+        C = torch._C
+        self.torch = torch
+        self.Tensor = torch.Tensor
+        self.strided = torch.strided
+        self.float32 = torch.float32
+        self.uint8 = torch.uint8
+        self.contiguous_format = torch.contiguous_format
+        self.empty_like = torch.empty_like
+        self.is_grad_enabled = torch.is_grad_enabled
+        self.codes = {torch.bfloat16: _lib.DTYPE_BF16, torch.float16: _lib.DTYPE_FP16, torch.float32: _lib.DTYPE_FP32}
+        # Is torch tracing, transforming or intercepting calls? Each is one C call (~0.1 µs).
+        self.dispatch_modes = C._len_torch_dispatch_stack
+        self.function_modes = C._is_torch_function_mode_enabled
+        self.functorch = C._are_functorch_transforms_active
+        self.jit_tracing = C._get_tracing_state
+        self.disable_torch_function = C.DisableTorchFunction
+        try:
+            from torch.utils._device import DeviceContext
+        except ImportError:
+            DeviceContext = None
+        self.device_context = DeviceContext
+        # The CUDA device and stream as plain ints (what torch.cuda.device / current_stream wrap).
+        # Only called once a CUDA tensor has been seen, so a CPU-only torch never reaches them.
+        self.current_device = getattr(C, "_cuda_getDevice", None) or torch.cuda.current_device
+        self.exchange_device = getattr(C, "_cuda_exchangeDevice", None) or self._exchange_device
+        self.restore_device = getattr(C, "_cuda_maybeExchangeDevice", None) or self._exchange_device
+        self.raw_stream = getattr(C, "_cuda_getCurrentRawStream", None) or self._raw_stream
+        self.FwdArgs = _lib.HopattnFwdArgs
+        self.BwdArgs = _lib.HopattnBwdArgs
+        self.pack_fwd = _packer(_lib.HopattnFwdArgs, 5, (1, 1, 0.5))
+        self.pack_bwd = _packer(_lib.HopattnBwdArgs, 9, (1, 1, 0.5, 1))
+        self.lib = None  # loaded by the first kernel call, after the inputs are checked
+        self.apply = _make_direct_function(torch, self)
+
+    def load(self):
+        self.lib = _lib.load()
+        return self.lib
+
+    def _exchange_device(self, index):
+        prev = self.torch.cuda.current_device()
+        self.torch.cuda.set_device(index)
+        return prev
+
+    def _raw_stream(self, index):
+        return self.torch.cuda.current_stream(index).cuda_stream
+
+
+_direct_state = None
+
+
+def _direct(torch):
+    global _direct_state
+    if _direct_state is None:
+        _direct_state = _Direct(torch)
+    return _direct_state
+
+
+def _only_device_modes(st):
+    """True when every active TorchFunctionMode is a torch.device(...) context or
+    torch.set_default_device: those only give factory calls without a device one, and the direct
+    path names its devices, so it may run with torch functions disabled under them."""
+    DeviceContext = st.device_context
+    if DeviceContext is None:
+        return False
+    C = st.torch._C
+    return all(type(C._get_function_stack_at(i)) is DeviceContext for i in range(C._len_torch_function_stack()))
+
+
+def _check_qkv(st, q, k, v):
+    """_check_torch_inputs' rules in a few C calls (q is a torch.Tensor); on any failure the error
+    is _check_torch_inputs' own. Returns the dtype codes of q, k and v."""
+    T = st.Tensor
+    strided = st.strided
+    dev = q.get_device()
+    if not (
+        isinstance(k, T)
+        and isinstance(v, T)
+        and q.is_cuda
+        and k.is_cuda
+        and v.is_cuda
+        and k.get_device() == dev
+        and v.get_device() == dev
+        and q.dim() == 4
+        and k.dim() == 4
+        and v.dim() == 4
+        and q.layout is strided
+        and k.layout is strided
+        and v.layout is strided
+    ):
+        _check_torch_inputs(st.torch, q, k, v)
+    codes = st.codes
+    qc = codes.get(q.dtype)
+    kc = codes.get(k.dtype)
+    vc = codes.get(v.dtype)
+    if qc is None or kc is None or vc is None:
+        for name, t in (("q", q), ("k", k), ("v", v)):
+            _torch_dtype_code(st.torch, name, t)  # raises for the first unsupported one
+    return qc, kc, vc
+
+
+def _fwd_args(st, q, k, v, out, lse, qs, ks, vs, qc, kc, vc, causal, softmax_scale):
+    """HopattnFwdArgs for _direct_forward: out fresh and contiguous like q (shape qs), lse fresh
+    (b, h, s) float32 or None; byte for byte what _lib.make_fwd_args gives for the same tensors."""
+    pack = st.pack_fwd
+    # make_tensor substitutes strides for empty tensors and size-1 last dims: those take its path.
+    if pack is not None and qs[3] != 1 and ks[3] != 1 and vs[3] != 1 and 0 not in qs and 0 not in ks and 0 not in vs:
+        b, sq, hq, d = qs
+        args = st.FwdArgs()
+        try:
+            pack(
+                args, 0,
+                q.data_ptr(), qc, 4, *qs, *q.stride(),
+                k.data_ptr(), kc, 4, *ks, *k.stride(),
+                v.data_ptr(), vc, 4, *vs, *v.stride(),
+                out.data_ptr(), qc, 4, *qs, sq * hq * d, hq * d, d, 1,
+                *(_NO_TENSOR if lse is None else (lse.data_ptr(), _lib.DTYPE_FP32, 3, b, hq, sq, 0, hq * sq, sq, 1, 0)),
+                1 if causal else 0,
+                *((0, 0.0) if softmax_scale is None else (1, float(softmax_scale))),
+            )
+            return args
+        except _PACK_ERRORS:  # e.g. a scale beyond float32's range: ctypes' conversion decides, as before
+            pass
+    torch = st.torch
+    return _lib.make_fwd_args(
+        _torch_tensor(torch, "q", q),
+        _torch_tensor(torch, "k", k),
+        _torch_tensor(torch, "v", v),
+        _torch_tensor(torch, "out", out),
+        _torch_tensor(torch, "lse", lse) if lse is not None else None,
+        causal,
+        softmax_scale,
+    )
+
+
+def _direct_forward(st, c_name, what, q, k, v, causal, softmax_scale, with_lse):
+    """Run the forward kernel `c_name` of the library ('hopattn_forward' or
+    'hopattn_forward_reference_cuda') on q's device and its current stream. q is a torch.Tensor.
+    Returns (out, lse) with with_lse, else out (the library then skips lse).
+
+    The per-call host cost of hopattn.attention is mostly this function, so it is kept flat:
+    _check_torch_inputs' rules in a few C calls (its own error on any failure), one allocation
+    call per output, HopattnFwdArgs filled by one pack_into, and ints for device and stream."""
+    T = st.Tensor
+    strided = st.strided
+    dev = q.get_device()
+    qs = q.shape
+    ks = k.shape if isinstance(k, T) else None
+    vs = v.shape if isinstance(v, T) else None
+    if not (
+        ks is not None
+        and vs is not None
+        and q.is_cuda
+        and k.is_cuda
+        and v.is_cuda
+        and k.get_device() == dev
+        and v.get_device() == dev
+        and len(qs) == 4
+        and len(ks) == 4
+        and len(vs) == 4
+        and q.layout is strided
+        and k.layout is strided
+        and v.layout is strided
+    ):
+        _check_torch_inputs(st.torch, q, k, v)  # raises the error naming the argument
+    codes = st.codes
+    qc = codes.get(q.dtype)
+    kc = codes.get(k.dtype)
+    vc = codes.get(v.dtype)
+    if qc is None or kc is None or vc is None:
+        for name, t in (("q", q), ("k", k), ("v", v)):
+            _torch_dtype_code(st.torch, name, t)  # raises for the first unsupported one
+    b, sq, hq, _ = qs
+    # out: contiguous, q's dtype and device, like _torch_forward_outputs (empty_like parses least).
+    out = st.empty_like(q, memory_format=st.contiguous_format)
+    lse = q.new_empty((b, hq, sq), dtype=st.float32) if with_lse else None
+    args = _fwd_args(st, q, k, v, out, lse, qs, ks, vs, qc, kc, vc, causal, softmax_scale)
+    fn = getattr(st.lib or st.load(), c_name)
+    if st.current_device() == dev:
+        status = fn(args, st.raw_stream(dev))  # ctypes passes the struct by reference
+    else:  # what `with torch.cuda.device(q.device)` does, without its Python layers
+        prev = st.exchange_device(dev)
+        try:
+            status = fn(args, st.raw_stream(dev))
+        finally:
+            st.restore_device(prev)
+    if status:
+        _lib.check(status, what)
+    if with_lse:
+        return out, lse
+    return out
+
+
+def _tensor_fields(t, code):
+    """HopattnTensor's fields for a 4-dim tensor, or None where make_tensor would substitute strides."""
+    sizes = t.shape
+    if len(sizes) != 4 or sizes[3] == 1 or 0 in sizes:
+        return None
+    return (t.data_ptr(), code, 4, *sizes, *t.stride())
+
+
+def _bwd_args(st, q, k, v, out, dout, lse, dq, dk, dv, codes, causal, softmax_scale, deterministic):
+    """HopattnBwdArgs (codes: q's, k's and v's dtype codes; dout in q's dtype, dq, dk, dv
+    empty_like q, k, v); byte for byte what _lib.make_bwd_args gives for the same tensors."""
+    pack = st.pack_bwd
+    if pack is not None:
+        qc, kc, vc = codes
+        lse_sizes = lse.shape
+        lse_code = st.codes.get(lse.dtype)
+        fields = (
+            _tensor_fields(q, qc),
+            _tensor_fields(k, kc),
+            _tensor_fields(v, vc),
+            _tensor_fields(out, st.codes.get(out.dtype)),
+            _tensor_fields(dout, qc),
+            (lse.data_ptr(), lse_code, 3, *lse_sizes, 0, *lse.stride(), 0)
+            if len(lse_sizes) == 3 and lse_sizes[2] != 1 and 0 not in lse_sizes and lse_code is not None
+            else None,
+            _tensor_fields(dq, qc),
+            _tensor_fields(dk, kc),
+            _tensor_fields(dv, vc),
         )
-        nbytes = int(lib.hopattn_backward_workspace_size(ctypes.byref(args)))
+        if None not in fields and fields[3][1] is not None:  # else: make_tensor's substitutions or errors
+            args = st.BwdArgs()
+            try:
+                pack(
+                    args, 0,
+                    *fields[0], *fields[1], *fields[2], *fields[3], *fields[4], *fields[5], *fields[6],
+                    *fields[7], *fields[8],
+                    1 if causal else 0,
+                    *((0, 0.0) if softmax_scale is None else (1, float(softmax_scale))),
+                    1 if deterministic else 0,
+                )
+                return args
+            except _PACK_ERRORS:
+                pass
+    torch = st.torch
+    return _lib.make_bwd_args(
+        _torch_tensor(torch, "q", q),
+        _torch_tensor(torch, "k", k),
+        _torch_tensor(torch, "v", v),
+        _torch_tensor(torch, "out", out),
+        _torch_tensor(torch, "dout", dout),
+        _torch_tensor(torch, "lse", lse),
+        _torch_tensor(torch, "dq", dq),
+        _torch_tensor(torch, "dk", dk),
+        _torch_tensor(torch, "dv", dv),
+        causal,
+        softmax_scale,
+        deterministic,
+    )
+
+
+_BWD_WORKSPACE_ALIGNMENT = 256
+
+
+def _direct_backward(st, q, k, v, out, dout, lse, causal, softmax_scale, deterministic):
+    """dq, dk, dv (torch.empty_like q, k, v) from hopattn_backward on q's device and current stream."""
+    codes = _check_qkv(st, q, k, v)
+    torch = st.torch
+    dout = _torch_dout(torch, dout, q)
+    dq, dk, dv = _torch_grad_outputs(torch, q, k, v)
+    args = _bwd_args(st, q, k, v, out, dout, lse, dq, dk, dv, codes, causal, softmax_scale, deterministic)
+    lib = st.lib or st.load()
+    dev = q.get_device()
+    prev = None
+    if st.current_device() != dev:  # the workspace size may depend on the device, so it is inside too
+        prev = st.exchange_device(dev)
+    try:
+        nbytes = lib.hopattn_backward_workspace_size(args)
         workspace = None  # kept referenced until the call is enqueued; the allocator orders reuse by stream
         workspace_ptr = None
         if nbytes:
             # Uninitialised is fine (the library initialises what it needs on the stream).
-            workspace = torch.empty(nbytes, dtype=torch.uint8, device=q.device)
+            workspace = q.new_empty((nbytes,), dtype=st.uint8)
             workspace_ptr = workspace.data_ptr()
             if workspace_ptr % _BWD_WORKSPACE_ALIGNMENT:
                 raise _lib.HopattnError(
                     f"workspace: torch allocated {nbytes} bytes at {workspace_ptr:#x}, which is not "
                     f"{_BWD_WORKSPACE_ALIGNMENT}-byte aligned"
                 )
-        stream = torch.cuda.current_stream(q.device).cuda_stream
-        status = lib.hopattn_backward(
-            ctypes.byref(args), ctypes.c_void_p(workspace_ptr), ctypes.c_size_t(nbytes), ctypes.c_void_p(stream)
-        )
-        _lib.check(status, "hopattn backward")
+        status = lib.hopattn_backward(args, workspace_ptr, nbytes, st.raw_stream(dev))
         del workspace
+    finally:
+        if prev is not None:
+            st.restore_device(prev)
+    if status:
+        _lib.check(status, "hopattn backward")
     return dq, dk, dv
 
 
-_BWD_WORKSPACE_ALIGNMENT = 256
-_attention_function = None
-
-
-def _torch_attention_function(torch):
-    """The torch.autograd.Function behind differentiable attention(), built on first use so this
-    module never imports torch itself."""
-    global _attention_function
-    if _attention_function is not None:
-        return _attention_function
+def _make_direct_function(torch, st):
+    """The torch.autograd.Function of the direct path when a gradient is needed, and the fastest
+    way to apply it. It saves and recomputes exactly what hopattn::fwd's registered autograd does."""
     from torch.autograd.function import once_differentiable
+
+    def backward_impl(ctx, dout, *unused_dlse):
+        if dout is None:  # out took no part in the loss
+            return None, None, None, None, None, None, None
+        q, k, v, out, lse = ctx.saved_tensors
+        causal, softmax_scale, deterministic = ctx.hopattn_args
+        if torch.compiler.is_compiling():  # compiled autograd traces this: the op is traceable
+            dq, dk, dv = _torch_ops_module().bwd(dout, q, k, v, out, lse, causal, softmax_scale, deterministic)
+        else:
+            dq, dk, dv = _direct_backward(st, q, k, v, out, dout, lse, causal, softmax_scale, deterministic)
+        return dq, dk, dv, None, None, None, None
+
+    # With create_graph=True the gradients would carry no history (ctypes): once_differentiable
+    # makes a double backward raise instead, as hopattn::bwd (no autograd of its own) does. Its
+    # no_grad context costs a few µs, so a plain backward (grad mode off) skips it.
+    backward_once = once_differentiable(backward_impl)
 
     class HopattnAttentionFunction(torch.autograd.Function):
         @staticmethod
         def forward(ctx, q, k, v, causal, softmax_scale, return_lse, deterministic):
-            lib = _lib.load()
-            out, lse = _run_torch(lib.hopattn_forward, "hopattn forward", torch, q, k, v, causal, softmax_scale, True)
-            # Only the inputs and the two outputs are kept: backward recomputes P from lse.
+            out, lse = _direct_forward(st, "hopattn_forward", "hopattn forward", q, k, v, causal, softmax_scale, True)
+            # Only the inputs and the two outputs are kept: the backward recomputes P from lse.
             ctx.save_for_backward(q, k, v, out, lse)
-            ctx.causal = causal
-            ctx.softmax_scale = softmax_scale
-            ctx.deterministic = deterministic
+            ctx.hopattn_args = (causal, softmax_scale, deterministic)
+            ctx.set_materialize_grads(False)  # no zero-filled gradient for lse
             if return_lse:
                 ctx.mark_non_differentiable(lse)
                 return out, lse
             return out
 
         @staticmethod
-        @once_differentiable
         def backward(ctx, dout, *unused_dlse):
-            q, k, v, out, lse = ctx.saved_tensors
-            dq, dk, dv = _run_torch_backward(
-                torch, q, k, v, out, dout, lse, ctx.causal, ctx.softmax_scale, ctx.deterministic
-            )
-            return dq, dk, dv, None, None, None, None
+            if st.is_grad_enabled():
+                return backward_once(ctx, dout, *unused_dlse)
+            return backward_impl(ctx, dout, *unused_dlse)
 
-    _attention_function = HopattnAttentionFunction
-    return _attention_function
+    # Function.apply's Python layer binds setup_context arguments and handles functorch
+    # transforms; this Function has no setup_context and the direct path never runs under a
+    # transform, so the C apply underneath it is called directly (several µs less per call).
+    base_apply = getattr(getattr(torch._C, "_FunctionBase", None), "__dict__", {}).get("apply")
+    if base_apply is not None and hasattr(base_apply, "__get__"):
+        return base_apply.__get__(None, HopattnAttentionFunction)
+    return HopattnAttentionFunction.apply
 
 
-def _torch_needs_grad(torch, q, k, v):
-    return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v))
+def _torch_ops_module():
+    """hopattn.torch_ops (which registers hopattn::fwd / hopattn::bwd), imported on the first torch
+    tensor so that `import hopattn` never imports torch. Under torch.compile dynamo runs this
+    import while tracing, so the ops exist before the traced call refers to them. Deliberately no
+    module-level cache: dynamo would guard on the cache being empty and recompile once it is set."""
+    from . import torch_ops
+
+    return torch_ops
 
 
 # --- numpy ----------------------------------------------------------------------------------------
@@ -308,22 +640,56 @@ def attention(q, k, v, causal=False, softmax_scale=None, return_lse=False, deter
     log-sum-exp of the scaled scores.
 
     Autograd: when grad mode is on and q, k or v requires grad, out is differentiable with respect
-    to q, k and v (the sm90 backward kernels: head_dim 64/128 today; lse is computed internally and
-    saved, with q, k, v and out, for the backward pass). lse is never differentiable. Gradients are
-    in q's dtype; with GQA dk/dv are summed over each group's query heads. deterministic=True makes
-    the backward bitwise reproducible (dq's cross-block sum is ordered, at some speed cost); it has
-    no effect on the forward or on numpy inputs. Without grad, no history is recorded and nothing
-    beyond the requested outputs is computed.
+    to q, k and v (the sm90 backward kernels: head_dim 64/128/256; q, k, v, out and lse are saved
+    for the backward pass). lse is never differentiable. Gradients are in q's dtype; with GQA dk/dv
+    are summed over each group's query heads. deterministic=True makes the backward bitwise
+    reproducible (dq's cross-block sum is ordered, at some speed cost); it has no effect on the
+    forward or on numpy inputs. Without grad, no history is recorded.
+
+    Two routes, the same kernels and bits: a plain eager call goes straight to the library through
+    ctypes (and a lean torch.autograd.Function when a gradient is needed), for the least host time
+    per call; under torch.compile / torch.export, fake tensors or other tensor subclasses, dispatch
+    or function modes (other than torch.device), functorch transforms and torch.jit.trace it runs
+    the custom op torch.ops.hopattn.fwd (its backward: hopattn::bwd; see hopattn.torch_ops), so
+    torch.compile(fullgraph=True) traces it without a graph break. Both routes can be captured in
+    CUDA graphs. The op always writes lse (batch * heads_q * seqlen_q floats); so does the direct
+    route when a gradient is needed.
     """
     _check_scale(softmax_scale)
     torch = _torch_module_of(q)
     if torch is not None:
-        lib = _lib.load()
-        if _torch_needs_grad(torch, q, k, v):
-            _check_torch_inputs(torch, q, k, v)
-            fn = _torch_attention_function(torch)
-            return fn.apply(q, k, v, bool(causal), softmax_scale, bool(return_lse), bool(deterministic))
-        return _run_torch(lib.hopattn_forward, "hopattn forward", torch, q, k, v, causal, softmax_scale, return_lse)
+        # Plain eager: the direct route. is_compiling() comes first: dynamo reads it as True, so a
+        # traced call never looks at the state below (no guard on it, nothing it cannot trace).
+        if not torch.compiler.is_compiling():
+            st = _direct_state or _direct(torch)
+            T = st.Tensor
+            if (
+                type(q) is T
+                and type(k) is T
+                and type(v) is T
+                and not st.dispatch_modes()
+                and not st.functorch()
+                and st.jit_tracing() is None
+            ):
+                if not st.function_modes():
+                    if st.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+                        scale = None if softmax_scale is None else float(softmax_scale)
+                        return st.apply(q, k, v, bool(causal), scale, bool(return_lse), bool(deterministic))
+                    return _direct_forward(
+                        st, "hopattn_forward", "hopattn forward", q, k, v, causal, softmax_scale, return_lse
+                    )
+                if _only_device_modes(st):
+                    # Under torch.device(...) / set_default_device every tensor method would detour
+                    # through the mode's Python handler; the direct route names its devices anyway.
+                    # With torch functions disabled no mode is enabled, so this call goes direct.
+                    with st.disable_torch_function():
+                        return attention(q, k, v, causal, softmax_scale, return_lse, deterministic)
+        # The op route. Checked here, before dispatch: the custom op would route a CPU tensor to its
+        # CPU-reference kernel and reject a non-tensor with a schema error instead of these messages.
+        _check_torch_inputs(torch, q, k, v)
+        scale = None if softmax_scale is None else float(softmax_scale)
+        out, lse = _torch_ops_module().fwd(q, k, v, bool(causal), scale, bool(deterministic))
+        return (out, lse) if return_lse else out
     if _is_numpy_array(q):
         return _run_numpy(q, k, v, causal, softmax_scale, return_lse)
     raise TypeError(f"q: expected a torch.Tensor (CUDA) or numpy.ndarray, got {type(q).__name__}")
@@ -358,9 +724,9 @@ def attention_reference(q, k, v, causal=False, softmax_scale=None, return_lse=Fa
     _check_scale(softmax_scale)
     torch = _torch_module_of(q)
     if torch is not None:
-        lib = _lib.load()
-        return _run_torch(
-            lib.hopattn_forward_reference_cuda, "hopattn CUDA reference", torch, q, k, v, causal, softmax_scale, return_lse
+        return _direct_forward(
+            _direct(torch), "hopattn_forward_reference_cuda", "hopattn CUDA reference", q, k, v, causal, softmax_scale,
+            return_lse,
         )
     if _is_numpy_array(q):
         return _run_numpy(q, k, v, causal, softmax_scale, return_lse)

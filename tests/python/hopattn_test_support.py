@@ -1,5 +1,6 @@
 # Shared by the binding tests: load libhopattn.so or skip the calling module (fail instead under
-# HOPATTN_REQUIRE_LIBRARY=1 / --require-library), and a float64 numpy attention to compare with.
+# HOPATTN_REQUIRE_LIBRARY=1 / --require-library), a float64 numpy attention to compare with, and the
+# torch GPU tests' kernel choice, random inputs and error measure (torch imported only by those).
 import os
 
 import numpy as np
@@ -49,3 +50,53 @@ def naive_attention(q, k, v, causal=False, softmax_scale=None):
     out = np.einsum("bhqk,bkhd->bqhd", probs, v)
     lse = np.where(row_has_key, lse, -np.inf)
     return out, lse
+
+
+def op_route():
+    """A context in which hopattn.attention takes its custom-op route (torch.ops.hopattn.fwd)
+    instead of the direct one: a TorchFunctionMode that changes nothing. Any active function mode
+    other than torch.device(...) sends attention to the op, as a user's own mode would. Imports
+    torch (only call it from tests that have it)."""
+    from torch.overrides import TorchFunctionMode
+
+    class PassThroughMode(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    return PassThroughMode()
+
+
+# --- torch GPU tests -------------------------------------------------------------------------------
+
+
+def gpu_kernel_pair(want_backward=True, prefer_head_dim=None):
+    """(torch dtype, head_dim) of a kernel in this build (with a backward kernel too, if asked):
+    bf16 first, then prefer_head_dim, then the smallest head dim. Skips when there is none."""
+    import torch
+
+    require_library_or_skip_module()
+    kernels = hopattn.build_info()["kernels"]
+    pairs = {(d, h) for kind, d, h in kernels if kind == "fwd"}
+    if want_backward:
+        pairs &= {(d, h) for kind, d, h in kernels if kind == "bwd"}
+    if not pairs:
+        pytest.skip("no suitable kernels in this build")
+    dtype_name, head_dim = sorted(pairs, key=lambda x: (x[0] != "bf16", x[1] != prefer_head_dim, x[1]))[0]
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype_name], head_dim
+
+
+def gpu_qkv(batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, dtype, seed=0, device="cuda"):
+    """Random q, k, v and dout (batch, seqlen, heads, head_dim), seeded."""
+    import torch
+
+    gen = torch.Generator(device=device).manual_seed(seed)
+
+    def rand(s, h):
+        return torch.randn((batch, s, h, head_dim), generator=gen, device=device).to(dtype)
+
+    return rand(seqlen_q, heads_q), rand(seqlen_k, heads_kv), rand(seqlen_k, heads_kv), rand(seqlen_q, heads_q)
+
+
+def rel_l2(got, want):
+    got, want = got.double(), want.double()
+    return ((got - want).norm() / want.norm().clamp_min(1e-30)).item()

@@ -1,0 +1,270 @@
+# A drop-in for FlashAttention-3's `flash_attn_interface` module (hopper/flash_attn_interface.py):
+#
+#     from hopattn import flash_attn_interface            # instead of: import flash_attn_interface
+#     out = flash_attn_interface.flash_attn_func(q, k, v, causal=True)
+#
+# Same function names, argument names, argument order, defaults and return conventions. What
+# hopattn computes maps one-to-one onto hopattn.attention; every argument that asks for something
+# hopattn does not do (sliding windows, softcapping, FP8 descales, split-KV tuning, ...) raises
+# NotImplementedError naming the argument, before any tensor is touched: a caller must never get
+# plain attention where it asked for something else. flash_attn_varlen_func, flash_attn_with_kvcache
+# and the other serving entry points raise until hopattn has those features.
+#
+# Like the rest of hopattn this module never imports torch (the tensors passed in come from the
+# caller's torch), so importing it is cheap and works without torch.
+from . import ops
+
+__all__ = [
+    "flash_attn_func",
+    "flash_attn_qkvpacked_func",
+    "flash_attn_varlen_func",
+    "flash_attn_with_kvcache",
+    "flash_attn_combine",
+    "get_scheduler_metadata",
+]
+
+_NO_WINDOW = (-1, -1)
+
+
+# --- unsupported arguments ----------------------------------------------------------------------
+
+
+def _is_no_window(window_size):
+    try:
+        return tuple(window_size) == _NO_WINDOW
+    except TypeError:  # not a sequence
+        return False
+
+
+# Each rule: (argument name, predicate "is this value one hopattn supports", what hopattn supports).
+# Ordered as in FA3's signatures, so the first offending argument is the one reported.
+_RULES = {
+    "qv": (lambda x: x is None, "None (no extra q.v term)"),
+    "q_descale": (lambda x: x is None, "None (bf16/fp16 inputs; FP8 is hopattn.forward_fp8)"),
+    "k_descale": (lambda x: x is None, "None (bf16/fp16 inputs; FP8 is hopattn.forward_fp8)"),
+    "v_descale": (lambda x: x is None, "None (bf16/fp16 inputs; FP8 is hopattn.forward_fp8)"),
+    "window_size": (_is_no_window, "(-1, -1) (no sliding window)"),
+    "attention_chunk": (lambda x: x == 0, "0 (no chunked attention)"),
+    "softcap": (lambda x: x == 0, "0.0 (no softcapping)"),
+    "num_splits": (lambda x: x == 1, "1 (hopattn does not split the keys)"),
+    "pack_gqa": (lambda x: x is None, "None (hopattn chooses its own GQA layout)"),
+    "sm_margin": (lambda x: x == 0, "0 (hopattn uses every SM)"),
+}
+
+
+def _reject_unsupported(function, **arguments):
+    """Raise NotImplementedError naming the first argument whose value hopattn cannot honour."""
+    for name, value in arguments.items():
+        supported, what = _RULES[name]
+        if not supported(value):
+            raise NotImplementedError(
+                f"{function}: {name}={_short(value)} is not supported by hopattn (supported: {what})"
+            )
+
+
+def _short(value):
+    """A compact repr: tensors and arrays by type and shape, not by contents."""
+    shape = getattr(value, "shape", None)
+    if shape is not None:
+        return f"<{type(value).__name__} of shape {tuple(shape)}>"
+    return repr(value)
+
+
+def _not_yet(function, feature, arguments, hint=""):
+    raise NotImplementedError(f"{function}: {feature} ({arguments}) is not implemented in hopattn yet{hint}")
+
+
+_PAD_HINT = "; for equal-length sequences use flash_attn_func on (batch, seqlen, heads, head_dim) tensors"
+
+
+# --- supported ----------------------------------------------------------------------------------
+
+
+def flash_attn_func(
+    q,
+    k,
+    v,
+    softmax_scale=None,
+    causal=False,
+    qv=None,
+    q_descale=None, k_descale=None, v_descale=None,
+    window_size=(-1, -1),
+    attention_chunk=0,
+    softcap=0.0,
+    num_splits=1,
+    pack_gqa=None,
+    deterministic=False,
+    sm_margin=0,
+    return_attn_probs=False,
+):
+    """FlashAttention-3's flash_attn_func on hopattn: exact softmax attention, differentiable.
+
+    q: (batch, seqlen_q, nheads, headdim); k, v: (batch, seqlen_k, nheads_k, headdim) with nheads a
+    multiple of nheads_k (MQA/GQA). causal: mask aligned to the bottom-right corner (a row that sees
+    no key gives 0). softmax_scale defaults to 1/sqrt(headdim). deterministic makes the backward
+    bitwise reproducible.
+
+    Returns out (batch, seqlen_q, nheads, headdim); with return_attn_probs=True, (out, softmax_lse)
+    with softmax_lse (batch, nheads, seqlen_q) float32, as FA3 does (no probabilities).
+
+    The other arguments exist for signature compatibility; any non-default value raises
+    NotImplementedError naming it (see docs/python.md for what maps and what does not).
+    """
+    _reject_unsupported(
+        "flash_attn_func",
+        qv=qv, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, window_size=window_size,
+        attention_chunk=attention_chunk, softcap=softcap, num_splits=num_splits, pack_gqa=pack_gqa,
+        sm_margin=sm_margin,
+    )
+    q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
+    return ops.attention(
+        q, k, v, causal=causal, softmax_scale=softmax_scale, return_lse=bool(return_attn_probs),
+        deterministic=deterministic,
+    )
+
+
+def _last_dim_contiguous(t):
+    """FA3 copies a torch tensor whose last dim is strided; hopattn.attention would reject it, so
+    do as FA3 does. Other strides pass through untouched (hopattn reads them in place)."""
+    if ops._torch_module_of(t) is not None and t.dim() > 0 and t.stride(-1) != 1:
+        return t.contiguous()
+    return t
+
+
+def flash_attn_qkvpacked_func(
+    qkv,
+    softmax_scale=None,
+    causal=False,
+    q_descale=None, k_descale=None, v_descale=None,
+    window_size=(-1, -1),
+    attention_chunk=0,
+    softcap=0.0,
+    deterministic=False,
+    num_heads_q=None,
+    sm_margin=0,
+    return_attn_probs=False,
+):
+    """flash_attn_func on one packed tensor: qkv (batch, seqlen, 3, nheads, headdim), or with
+    num_heads_q (GQA) qkv (batch, seqlen, num_heads_q + 2 * nheads_k, headdim) holding q's heads,
+    then k's, then v's. q, k and v are strided views of qkv: nothing is copied, and the gradient
+    lands in one tensor shaped like qkv."""
+    _reject_unsupported(
+        "flash_attn_qkvpacked_func",
+        q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, window_size=window_size,
+        attention_chunk=attention_chunk, softcap=softcap, sm_margin=sm_margin,
+    )
+    q, k, v = _unpack_qkv(qkv, num_heads_q)
+    return ops.attention(
+        q, k, v, causal=causal, softmax_scale=softmax_scale, return_lse=bool(return_attn_probs),
+        deterministic=deterministic,
+    )
+
+
+def _unpack_qkv(qkv, num_heads_q):
+    shape = tuple(getattr(qkv, "shape", ()))
+    if len(shape) == 5 and shape[2] == 3:
+        return qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+    if len(shape) == 4 and num_heads_q is not None:
+        heads_kv, odd = divmod(shape[2] - num_heads_q, 2)
+        if num_heads_q <= 0 or heads_kv <= 0 or odd:
+            raise ValueError(
+                f"qkv: {shape[2]} heads do not split into num_heads_q={num_heads_q} plus two equal k and v parts"
+            )
+        k_start, v_start = num_heads_q, num_heads_q + heads_kv
+        return qkv[:, :, :k_start], qkv[:, :, k_start:v_start], qkv[:, :, v_start:]
+    raise ValueError(
+        "qkv: expected shape (batch, seqlen, 3, nheads, headdim), or (batch, seqlen, "
+        f"num_heads_q + 2 * nheads_k, headdim) with num_heads_q given; got {shape} with num_heads_q={num_heads_q}"
+    )
+
+
+# --- not yet: the serving features -----------------------------------------------------------------
+
+
+def flash_attn_varlen_func(
+    q,
+    k,
+    v,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    max_seqlen_q,
+    max_seqlen_k,
+    seqused_q=None,
+    seqused_k=None,
+    softmax_scale=None,
+    causal=False,
+    qv=None,
+    q_descale=None, k_descale=None, v_descale=None,
+    window_size=(-1, -1),
+    attention_chunk=0,
+    softcap=0.0,
+    num_splits=1,
+    pack_gqa=None,
+    deterministic=False,
+    sm_margin=0,
+    return_attn_probs=False,
+):
+    """FA3's variable-length attention. Not implemented yet: always raises NotImplementedError
+    (naming an unsupported argument first, if one is given)."""
+    _reject_unsupported(
+        "flash_attn_varlen_func",
+        qv=qv, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, window_size=window_size,
+        attention_chunk=attention_chunk, softcap=softcap, num_splits=num_splits, pack_gqa=pack_gqa,
+        sm_margin=sm_margin,
+    )
+    _not_yet("flash_attn_varlen_func", "variable-length batches", "cu_seqlens_q, cu_seqlens_k", _PAD_HINT)
+
+
+def flash_attn_with_kvcache(
+    q,
+    k_cache,
+    v_cache,
+    k=None,
+    v=None,
+    qv=None,
+    rotary_cos=None,
+    rotary_sin=None,
+    cache_seqlens=None,
+    cache_batch_idx=None,
+    cache_leftpad=None,
+    page_table=None,
+    cu_seqlens_q=None,
+    cu_seqlens_k_new=None,
+    max_seqlen_q=None,
+    rotary_seqlens=None,
+    q_descale=None,
+    k_descale=None,
+    v_descale=None,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    attention_chunk=0,
+    softcap=0.0,
+    rotary_interleaved=True,
+    scheduler_metadata=None,
+    num_splits=0,
+    pack_gqa=None,
+    sm_margin=0,
+    return_softmax_lse=False,
+):
+    """FA3's decoding entry point (KV cache, in-place append, paged KV, rotary). Not implemented
+    yet: always raises NotImplementedError (naming an unsupported argument first, if one is given)."""
+    _reject_unsupported(
+        "flash_attn_with_kvcache",
+        qv=qv, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, window_size=window_size,
+        attention_chunk=attention_chunk, softcap=softcap, pack_gqa=pack_gqa, sm_margin=sm_margin,
+    )
+    _not_yet("flash_attn_with_kvcache", "KV-cache attention", "k_cache, v_cache, cache_seqlens",
+             "; for a cache used whole, flash_attn_func(q, k_cache, v_cache, causal=...) computes the same")
+
+
+def flash_attn_combine(out_partial, lse_partial, out=None, out_dtype=None):
+    """FA3's merge of split-KV partial results. Not implemented on the GPU (hopattn.merge has the
+    numpy model); always raises NotImplementedError."""
+    _not_yet("flash_attn_combine", "combining split-KV partials", "out_partial, lse_partial")
+
+
+def get_scheduler_metadata(*args, **kwargs):
+    """FA3's precomputed decode schedule, an input of flash_attn_with_kvcache. Not implemented;
+    always raises NotImplementedError."""
+    _not_yet("get_scheduler_metadata", "the KV-cache scheduler", "scheduler_metadata")

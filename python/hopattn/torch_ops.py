@@ -1,0 +1,188 @@
+# hopattn's PyTorch custom operators, registered with torch.library when this module is imported:
+#
+#   torch.ops.hopattn.fwd(q, k, v, causal=False, softmax_scale=None, deterministic=False) -> (out, lse)
+#   torch.ops.hopattn.bwd(dout, q, k, v, out, lse, causal, softmax_scale, deterministic) -> (dq, dk, dv)
+#
+# Being real operators (not Python code around a ctypes call) is what lets torch.compile trace
+# them as single graph nodes (no graph break), lets autograd and AOTAutograd see the backward, and
+# keeps them capturable in CUDA graphs: outputs and the backward workspace come from torch's
+# caching allocator, the kernels go onto torch.cuda.current_stream(), and nothing reads device
+# memory on the host or synchronises.
+#
+# hopattn.attention() runs these ops when torch traces or transforms the call (torch.compile,
+# torch.export, fake tensors and other subclasses, dispatch/function modes, functorch, jit.trace);
+# a plain eager call goes straight to the same kernel functions (ops._direct_forward /
+# _direct_backward, which the CUDA kernels below call too) with less host time per call.
+#
+# This module imports torch; hopattn imports it only when attention() first takes the op route (or
+# a user imports it, e.g. to make torch.ops.hopattn.* exist before loading a saved graph).
+#
+# Kernels: CUDA runs the sm90 kernels. CPU runs the library's CPU reference (double accumulation;
+# slow, for tests), so the operator machinery (fake tensors, autograd, torch.library.opcheck,
+# torch.compile) can be checked on a machine without a GPU. hopattn.attention() still rejects CPU
+# tensors: there an accidental CPU tensor is far more likely than a wish for the slow reference.
+import ctypes
+from typing import Optional, Tuple
+
+import torch
+
+from . import _lib, ops
+
+if not hasattr(torch.library, "custom_op"):
+    raise ImportError(
+        f"hopattn's torch operators need torch >= 2.4 (torch.library.custom_op); found torch {torch.__version__}"
+    )
+
+# The library's dtype names, so fake-tensor errors read like the library's own.
+_DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
+_CUDA_DTYPES = ("bf16", "fp16")  # the sm90 kernels
+_CPU_DTYPES = ("bf16", "fp16", "fp32")  # the CPU reference
+
+
+# --- operators --------------------------------------------------------------------------------------
+
+
+@torch.library.custom_op("hopattn::fwd", mutates_args=(), device_types="cuda")
+def _fwd(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool = False,
+    softmax_scale: Optional[float] = None,
+    deterministic: bool = False,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """out (batch, seqlen_q, heads_q, head_dim) in q's dtype and lse (batch, heads_q, seqlen_q)
+    float32; see hopattn.attention. deterministic only reaches the backward (autograd keeps it)."""
+    st = ops._direct(torch)
+    return ops._direct_forward(st, "hopattn_forward", "hopattn forward", q, k, v, causal, softmax_scale, True)
+
+
+@torch.library.custom_op("hopattn::bwd", mutates_args=(), device_types="cuda")
+def _bwd(
+    dout: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    causal: bool,
+    softmax_scale: Optional[float],
+    deterministic: bool,
+) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """dq, dk, dv (empty_like q, k, v, then written by the sm90 backward) given dout = dL/dout."""
+    return ops._direct_backward(ops._direct(torch), q, k, v, out, dout, lse, causal, softmax_scale, deterministic)
+
+
+# The OpOverloads: what hopattn.attention calls, and what a traced graph records.
+fwd = torch.ops.hopattn.fwd.default
+bwd = torch.ops.hopattn.bwd.default
+
+
+# --- CPU kernels (the CPU reference) ----------------------------------------------------------------
+
+
+def _cpu_tensor(name, t):
+    return ops._torch_tensor(torch, name, t)
+
+
+@_fwd.register_kernel("cpu")
+def _fwd_cpu(q, k, v, causal=False, softmax_scale=None, deterministic=False):
+    _check_shapes(q, k, v)
+    out, lse = ops._torch_forward_outputs(torch, q)
+    args = _lib.make_fwd_args(
+        _cpu_tensor("q", q), _cpu_tensor("k", k), _cpu_tensor("v", v),
+        _cpu_tensor("out", out), _cpu_tensor("lse", lse), causal, softmax_scale,
+    )
+    _lib.check(_lib.load().hopattn_forward_cpu(ctypes.byref(args)), "hopattn CPU reference")
+    return out, lse
+
+
+@_bwd.register_kernel("cpu")
+def _bwd_cpu(dout, q, k, v, out, lse, causal, softmax_scale, deterministic):
+    _check_shapes(q, k, v)
+    dout = ops._torch_dout(torch, dout, q)  # q's dtype, dense rows (autograd may pass expanded grads)
+    dq, dk, dv = ops._torch_grad_outputs(torch, q, k, v)
+    # out and lse are passed so the library checks them against q; the reference recomputes both.
+    args = _lib.make_bwd_args(
+        _cpu_tensor("q", q), _cpu_tensor("k", k), _cpu_tensor("v", v), _cpu_tensor("out", out),
+        _cpu_tensor("dout", dout), _cpu_tensor("lse", lse),
+        _cpu_tensor("dq", dq), _cpu_tensor("dk", dk), _cpu_tensor("dv", dv),
+        causal, softmax_scale, deterministic,
+    )
+    _lib.check(_lib.load().hopattn_backward_cpu(ctypes.byref(args)), "hopattn CPU reference backward")
+    return dq, dk, dv
+
+
+# --- fake (meta) implementations: shapes and dtypes for torch.compile ---------------------------------
+
+
+def _check_shapes(q, k, v):
+    """The cheap, metadata-only part of the library's validation, with the library's wording, for
+    tracing (the library itself, with every rule, runs when the kernel does). Reads no data."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dim() != 4:
+            raise _lib.InvalidArgumentError(f"{name}: expected 4 dims {ops._LAYOUT}, got shape {tuple(t.shape)}")
+        if t.device != q.device:
+            raise _lib.InvalidArgumentError(f"{name}: on device '{t.device}' but q is on '{q.device}'")
+    allowed = _CUDA_DTYPES if q.device.type == "cuda" else _CPU_DTYPES
+    dtype = _DTYPE_NAMES.get(q.dtype, str(q.dtype))
+    if dtype not in allowed:
+        raise _lib.UnsupportedError(f"q: dtype {dtype} is not supported on {q.device.type} ({', '.join(allowed)})")
+    for name, t in (("k", k), ("v", v)):
+        if t.dtype != q.dtype:
+            raise _lib.InvalidArgumentError(
+                f"{name}: dtype {_DTYPE_NAMES.get(t.dtype, str(t.dtype))} differs from q's {dtype}"
+            )
+    batch, _, heads_q, head_dim = q.shape
+    _, seqlen_k, heads_kv, _ = k.shape
+    for name, t in (("k", k), ("v", v)):
+        if t.shape[0] != batch:
+            raise _lib.InvalidArgumentError(f"{name}.sizes[0] (batch)={t.shape[0]} but q has batch {batch}")
+        if t.shape[3] != head_dim:
+            raise _lib.InvalidArgumentError(f"{name}.sizes[3] (head_dim)={t.shape[3]} but q has head_dim {head_dim}")
+    if v.shape[1] != seqlen_k:
+        raise _lib.InvalidArgumentError(f"v.sizes[1] (seqlen_k)={v.shape[1]} but k has seqlen_k {seqlen_k}")
+    if v.shape[2] != heads_kv:
+        raise _lib.InvalidArgumentError(f"v.sizes[2] (heads_kv)={v.shape[2]} but k has heads_kv {heads_kv}")
+    if heads_kv == 0:
+        if heads_q != 0:
+            raise _lib.InvalidArgumentError("k.sizes[2] (heads_kv) is 0 but q has heads")
+    elif heads_q % heads_kv != 0:
+        raise _lib.InvalidArgumentError(f"heads_q={heads_q} is not a multiple of heads_kv={heads_kv} (GQA/MQA)")
+
+
+@_fwd.register_fake
+def _fwd_fake(q, k, v, causal=False, softmax_scale=None, deterministic=False):
+    _check_shapes(q, k, v)
+    return ops._torch_forward_outputs(torch, q)
+
+
+@_bwd.register_fake
+def _bwd_fake(dout, q, k, v, out, lse, causal, softmax_scale, deterministic):
+    _check_shapes(q, k, v)
+    if tuple(dout.shape) != tuple(q.shape):
+        raise _lib.InvalidArgumentError(f"dout: shape {tuple(dout.shape)} differs from q's {tuple(q.shape)}")
+    return ops._torch_grad_outputs(torch, q, k, v)
+
+
+# --- autograd -----------------------------------------------------------------------------------------
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, causal, softmax_scale, deterministic = inputs
+    out, lse = output
+    # Only these five tensors: the backward recomputes the probabilities from lse.
+    ctx.save_for_backward(q, k, v, out, lse)
+    ctx.mark_non_differentiable(lse)
+    ctx.causal = causal
+    ctx.softmax_scale = softmax_scale
+    ctx.deterministic = deterministic
+
+
+def _backward(ctx, dout, _dlse):
+    q, k, v, out, lse = ctx.saved_tensors
+    dq, dk, dv = bwd(dout, q, k, v, out, lse, ctx.causal, ctx.softmax_scale, ctx.deterministic)
+    return dq, dk, dv, None, None, None
+
+
+_fwd.register_autograd(_backward, setup_context=_setup_context)

@@ -1,0 +1,342 @@
+# hopattn.flash_attn_interface, the drop-in for FlashAttention-3's flash_attn_interface module.
+#  - Everywhere (no torch, no library): the signatures equal FA3's (names, order, defaults); every
+#    unsupported argument raises NotImplementedError naming it, before any tensor is looked at; the
+#    serving entry points raise; importing it imports no torch.
+#  - With the library (numpy, CPU reference): the supported functions return what hopattn.attention
+#    returns, in FA3's return conventions.
+#  - With torch on the CPU: unsupported arguments are reported before the CUDA-device check.
+#  - With torch, the library and an sm_90 GPU: flash_attn_func / flash_attn_qkvpacked_func against
+#    hopattn.attention (bitwise, forward and gradients) and against torch SDPA.
+import inspect
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import hopattn
+from hopattn import flash_attn_interface as fai
+from hopattn_test_support import gpu_kernel_pair, gpu_qkv, rel_l2, require_library_or_skip_module
+
+try:
+    import torch
+except ImportError:
+    torch = None
+
+HAS_SM90 = torch is not None and torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+needs_torch = pytest.mark.skipif(torch is None, reason="needs torch")
+needs_gpu = pytest.mark.skipif(not HAS_SM90, reason="needs torch and an sm_90 GPU")
+
+# FlashAttention-3's signatures (Dao-AILab/flash-attention, hopper/flash_attn_interface.py, 2025),
+# as (name, default) in order; REQUIRED marks a parameter without a default.
+REQUIRED = object()
+FA3_SIGNATURES = {
+    "flash_attn_func": [
+        ("q", REQUIRED), ("k", REQUIRED), ("v", REQUIRED), ("softmax_scale", None), ("causal", False),
+        ("qv", None), ("q_descale", None), ("k_descale", None), ("v_descale", None), ("window_size", (-1, -1)),
+        ("attention_chunk", 0), ("softcap", 0.0), ("num_splits", 1), ("pack_gqa", None),
+        ("deterministic", False), ("sm_margin", 0), ("return_attn_probs", False),
+    ],
+    "flash_attn_qkvpacked_func": [
+        ("qkv", REQUIRED), ("softmax_scale", None), ("causal", False), ("q_descale", None),
+        ("k_descale", None), ("v_descale", None), ("window_size", (-1, -1)), ("attention_chunk", 0),
+        ("softcap", 0.0), ("deterministic", False), ("num_heads_q", None), ("sm_margin", 0),
+        ("return_attn_probs", False),
+    ],
+    "flash_attn_varlen_func": [
+        ("q", REQUIRED), ("k", REQUIRED), ("v", REQUIRED), ("cu_seqlens_q", REQUIRED), ("cu_seqlens_k", REQUIRED),
+        ("max_seqlen_q", REQUIRED), ("max_seqlen_k", REQUIRED), ("seqused_q", None), ("seqused_k", None),
+        ("softmax_scale", None), ("causal", False), ("qv", None), ("q_descale", None), ("k_descale", None),
+        ("v_descale", None), ("window_size", (-1, -1)), ("attention_chunk", 0), ("softcap", 0.0),
+        ("num_splits", 1), ("pack_gqa", None), ("deterministic", False), ("sm_margin", 0),
+        ("return_attn_probs", False),
+    ],
+    "flash_attn_with_kvcache": [
+        ("q", REQUIRED), ("k_cache", REQUIRED), ("v_cache", REQUIRED), ("k", None), ("v", None), ("qv", None),
+        ("rotary_cos", None), ("rotary_sin", None), ("cache_seqlens", None), ("cache_batch_idx", None),
+        ("cache_leftpad", None), ("page_table", None), ("cu_seqlens_q", None), ("cu_seqlens_k_new", None),
+        ("max_seqlen_q", None), ("rotary_seqlens", None), ("q_descale", None), ("k_descale", None),
+        ("v_descale", None), ("softmax_scale", None), ("causal", False), ("window_size", (-1, -1)),
+        ("attention_chunk", 0), ("softcap", 0.0), ("rotary_interleaved", True), ("scheduler_metadata", None),
+        ("num_splits", 0), ("pack_gqa", None), ("sm_margin", 0), ("return_softmax_lse", False),
+    ],
+    "flash_attn_combine": [("out_partial", REQUIRED), ("lse_partial", REQUIRED), ("out", None), ("out_dtype", None)],
+}
+
+
+@pytest.mark.parametrize("name", list(FA3_SIGNATURES))
+def test_signature_matches_flash_attention_3(name):
+    params = inspect.signature(getattr(fai, name)).parameters.values()
+    got = [(p.name, REQUIRED if p.default is inspect.Parameter.empty else p.default) for p in params]
+    assert got == FA3_SIGNATURES[name]
+    assert all(p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p in params)
+
+
+def test_import_does_not_import_torch():
+    code = "import sys, hopattn.flash_attn_interface; assert 'torch' not in sys.modules, 'torch imported'"
+    python_dir = str(Path(hopattn.__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([python_dir, os.environ.get("PYTHONPATH", "")]))
+    subprocess.run([sys.executable, "-c", code], check=True, env=env)
+
+
+# --- unsupported arguments: no torch, no library --------------------------------------------------------
+
+SENTINEL = object()  # stands for any tensor: the checks must not look at tensors at all
+
+UNSUPPORTED = {
+    "qv": SENTINEL,
+    "q_descale": SENTINEL,
+    "k_descale": SENTINEL,
+    "v_descale": SENTINEL,
+    "window_size": (128, 0),
+    "attention_chunk": 256,
+    "softcap": 30.0,
+    "num_splits": 2,
+    "pack_gqa": True,
+    "sm_margin": 8,
+}
+QKVPACKED_UNSUPPORTED = [a for a in UNSUPPORTED if a in dict(FA3_SIGNATURES["flash_attn_qkvpacked_func"])]
+
+
+@pytest.mark.parametrize("argument", list(UNSUPPORTED))
+def test_flash_attn_func_names_each_unsupported_argument(argument):
+    with pytest.raises(NotImplementedError, match=rf"^flash_attn_func: {argument}="):
+        fai.flash_attn_func(SENTINEL, SENTINEL, SENTINEL, **{argument: UNSUPPORTED[argument]})
+
+
+@pytest.mark.parametrize("argument", QKVPACKED_UNSUPPORTED)
+def test_flash_attn_qkvpacked_func_names_each_unsupported_argument(argument):
+    with pytest.raises(NotImplementedError, match=rf"^flash_attn_qkvpacked_func: {argument}="):
+        fai.flash_attn_qkvpacked_func(SENTINEL, **{argument: UNSUPPORTED[argument]})
+
+
+@pytest.mark.parametrize("argument", list(UNSUPPORTED))
+def test_flash_attn_varlen_func_names_each_unsupported_argument(argument):
+    with pytest.raises(NotImplementedError, match=rf"^flash_attn_varlen_func: {argument}="):
+        fai.flash_attn_varlen_func(SENTINEL, SENTINEL, SENTINEL, SENTINEL, SENTINEL, 8, 8,
+                                   **{argument: UNSUPPORTED[argument]})
+
+
+@pytest.mark.parametrize("window_size", [(-1, 0), (0, -1), (4, 4), None, 5])
+def test_any_window_but_the_default_is_rejected(window_size):
+    with pytest.raises(NotImplementedError, match="window_size"):
+        fai.flash_attn_func(SENTINEL, SENTINEL, SENTINEL, window_size=window_size)
+
+
+def test_tensor_arguments_are_named_by_shape_not_contents():
+    value = np.zeros((2, 3, 4, 5), dtype=np.float32)
+    with pytest.raises(NotImplementedError, match=r"qv=<ndarray of shape \(2, 3, 4, 5\)>"):
+        fai.flash_attn_func(SENTINEL, SENTINEL, SENTINEL, qv=value)
+
+
+def test_varlen_is_not_implemented_yet():
+    with pytest.raises(NotImplementedError, match=r"flash_attn_varlen_func: .*cu_seqlens_q, cu_seqlens_k"):
+        fai.flash_attn_varlen_func(SENTINEL, SENTINEL, SENTINEL, SENTINEL, SENTINEL, 8, 8)
+
+
+def test_kvcache_is_not_implemented_yet():
+    with pytest.raises(NotImplementedError, match=r"flash_attn_with_kvcache: .*k_cache, v_cache"):
+        fai.flash_attn_with_kvcache(SENTINEL, SENTINEL, SENTINEL)
+    with pytest.raises(NotImplementedError, match=r"flash_attn_with_kvcache: softcap="):
+        fai.flash_attn_with_kvcache(SENTINEL, SENTINEL, SENTINEL, softcap=5.0)
+
+
+def test_combine_and_scheduler_metadata_are_not_implemented_yet():
+    with pytest.raises(NotImplementedError, match="flash_attn_combine"):
+        fai.flash_attn_combine(SENTINEL, SENTINEL)
+    with pytest.raises(NotImplementedError, match="get_scheduler_metadata"):
+        fai.get_scheduler_metadata(1, 1, 1, 1, 1, 64, SENTINEL)
+
+
+# --- numpy through the CPU reference (library) ------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def lib():
+    require_library_or_skip_module()
+
+
+def numpy_qkv(batch=2, seqlen_q=5, seqlen_k=9, heads_q=4, heads_kv=2, head_dim=32, seed=0):
+    rng = np.random.default_rng(seed)
+
+    def rand(s, h):
+        return rng.standard_normal((batch, s, h, head_dim)).astype(np.float32)
+
+    return rand(seqlen_q, heads_q), rand(seqlen_k, heads_kv), rand(seqlen_k, heads_kv)
+
+
+def test_flash_attn_func_is_hopattn_attention(lib):
+    q, k, v = numpy_qkv()
+    out = fai.flash_attn_func(q, k, v, softmax_scale=0.2, causal=True, window_size=[-1, -1], num_splits=1)
+    np.testing.assert_array_equal(out, hopattn.attention(q, k, v, causal=True, softmax_scale=0.2))
+    out, lse = fai.flash_attn_func(q, k, v, causal=True, return_attn_probs=True)
+    want_out, want_lse = hopattn.attention(q, k, v, causal=True, return_lse=True)
+    np.testing.assert_array_equal(out, want_out)
+    np.testing.assert_array_equal(lse, want_lse)
+    assert lse.shape == (2, 4, 5) and lse.dtype == np.float32  # (batch, nheads, seqlen_q)
+
+
+def test_qkvpacked_five_dims(lib):
+    rng = np.random.default_rng(1)
+    qkv = rng.standard_normal((2, 7, 3, 4, 32)).astype(np.float32)
+    out, lse = fai.flash_attn_qkvpacked_func(qkv, causal=True, return_attn_probs=True)
+    want = hopattn.attention(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], causal=True, return_lse=True)
+    np.testing.assert_array_equal(out, want[0])
+    np.testing.assert_array_equal(lse, want[1])
+
+
+def test_qkvpacked_four_dims_with_num_heads_q(lib):
+    rng = np.random.default_rng(2)
+    qkv = rng.standard_normal((2, 7, 6 + 2 * 2, 32)).astype(np.float32)  # 6 q heads, 2 kv heads
+    out = fai.flash_attn_qkvpacked_func(qkv, num_heads_q=6)
+    np.testing.assert_array_equal(out, hopattn.attention(qkv[:, :, :6], qkv[:, :, 6:8], qkv[:, :, 8:]))
+
+
+@pytest.mark.parametrize("shape, num_heads_q", [((2, 7, 4, 4, 32), None), ((2, 7, 9, 32), 4), ((2, 7, 10, 32), None)])
+def test_qkvpacked_bad_layout_names_qkv(shape, num_heads_q):
+    with pytest.raises(ValueError, match="qkv: "):
+        fai.flash_attn_qkvpacked_func(np.zeros(shape, np.float32), num_heads_q=num_heads_q)
+
+
+# --- torch on the CPU ---------------------------------------------------------------------------
+
+
+@needs_torch
+@pytest.mark.parametrize("argument", list(UNSUPPORTED))
+def test_unsupported_arguments_are_reported_before_the_device_check(argument):
+    # CPU tensors would be refused by hopattn ("expected a CUDA tensor"); the argument comes first.
+    q = torch.zeros((1, 4, 2, 64), dtype=torch.bfloat16)
+    value = q if UNSUPPORTED[argument] is SENTINEL else UNSUPPORTED[argument]
+    with pytest.raises(NotImplementedError, match=rf"flash_attn_func: {argument}="):
+        fai.flash_attn_func(q, q, q, **{argument: value})
+    with pytest.raises(ValueError, match="q: expected a CUDA tensor"):
+        fai.flash_attn_func(q, q, q)
+
+
+@needs_torch
+def test_a_strided_last_dim_is_copied_as_fa3_does_and_other_strides_are_kept():
+    base = torch.zeros((2, 5, 4, 128))
+    strided_last = base[..., ::2]
+    copied = fai._last_dim_contiguous(strided_last)
+    assert copied.stride(-1) == 1 and torch.equal(copied, strided_last)
+    heads_major = base.transpose(1, 2).contiguous().transpose(1, 2)
+    assert fai._last_dim_contiguous(heads_major) is heads_major
+    array = np.zeros((2, 5, 4, 8))
+    assert fai._last_dim_contiguous(array) is array
+
+
+@needs_torch
+def test_dynamo_traces_the_drop_in_functions_as_one_graph():
+    # Fake CUDA tensors: tracing only, no GPU or library needed.
+    if not hasattr(torch.library, "custom_op"):
+        pytest.skip("needs torch 2.4+")
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        q = torch.empty((2, 16, 4, 128), dtype=torch.bfloat16, device="cuda")[..., ::2]  # copied, as FA3 does
+        kv = torch.empty((2, 16, 2, 64), dtype=torch.bfloat16, device="cuda")
+        qkv = torch.empty((2, 16, 3, 4, 64), dtype=torch.bfloat16, device="cuda")
+        calls = [
+            (lambda q, k, v: fai.flash_attn_func(q, k, v, causal=True, return_attn_probs=True), (q, kv, kv)),
+            (lambda qkv: fai.flash_attn_qkvpacked_func(qkv, softmax_scale=0.1), (qkv,)),
+        ]
+        for fn, args in calls:
+            explanation = torch._dynamo.explain(fn)(*args)
+            assert (explanation.graph_count, explanation.graph_break_count) == (1, 0), explanation.break_reasons
+
+
+# --- GPU ------------------------------------------------------------------------------------------
+
+
+def gpu_setup(want_backward):
+    return gpu_kernel_pair(want_backward, prefer_head_dim=128)
+
+
+
+def sdpa(q, k, v, causal, softmax_scale=None):
+    """torch SDPA (its default backend) in the (batch, seqlen, heads, head_dim) layout, GQA by
+    repeating kv heads; causal needs seqlen_q == seqlen_k here (SDPA's is_causal is top-left)."""
+    group = q.shape[2] // k.shape[2]
+    qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
+    kt, vt = (t.repeat_interleave(group, dim=1) for t in (kt, vt))
+    out = torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=causal, scale=softmax_scale)
+    return out.transpose(1, 2)
+
+
+def grads_of(fn, q, k, v, dout):
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    out = fn(*leaves)
+    out.backward(dout)
+    return out.detach(), [t.grad for t in leaves]
+
+
+@needs_gpu
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("heads", [(8, 8), (8, 2)], ids=["mha", "gqa"])
+def test_flash_attn_func_equals_hopattn_attention_bitwise(causal, heads):
+    dtype, head_dim = gpu_setup(want_backward=True)
+    q, k, v, dout = gpu_qkv(2, 200, 333, *heads, head_dim, dtype, seed=1)
+    ours = grads_of(lambda *t: fai.flash_attn_func(*t, causal=causal, deterministic=True), q, k, v, dout)
+    theirs = grads_of(lambda *t: hopattn.attention(*t, causal=causal, deterministic=True), q, k, v, dout)
+    assert torch.equal(ours[0], theirs[0])
+    for name, a, b in zip(("dq", "dk", "dv"), ours[1], theirs[1]):
+        assert torch.equal(a, b), name
+    out, lse = fai.flash_attn_func(q, k, v, causal=causal, return_attn_probs=True)
+    want_out, want_lse = hopattn.attention(q, k, v, causal=causal, return_lse=True)
+    assert torch.equal(out, want_out) and torch.equal(lse, want_lse)
+    assert lse.shape == (2, heads[0], 200) and lse.dtype == torch.float32
+
+
+@needs_gpu
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("heads", [(8, 8), (8, 2)], ids=["mha", "gqa"])
+def test_flash_attn_func_matches_torch_sdpa(causal, heads):
+    dtype, head_dim = gpu_setup(want_backward=True)
+    q, k, v, dout = gpu_qkv(2, 256, 256, *heads, head_dim, dtype, seed=2)
+    scale = 0.7 / math.sqrt(head_dim)
+    ours = grads_of(lambda *t: fai.flash_attn_func(*t, softmax_scale=scale, causal=causal), q, k, v, dout)
+    ref = grads_of(lambda *t: sdpa(*t, causal, scale), *(t.double() for t in (q, k, v, dout)))  # float64
+    theirs = grads_of(lambda *t: sdpa(*t, causal, scale), q, k, v, dout)
+    assert rel_l2(ours[0], ref[0]) <= max(2 * rel_l2(theirs[0], ref[0]), 1e-2)
+    for name, a, r, s in zip(("dq", "dk", "dv"), ours[1], ref[1], theirs[1]):
+        err, sdpa_err = rel_l2(a, r), rel_l2(s, r)
+        assert err <= max(2 * sdpa_err, 2e-2), f"{name}: rel-L2 {err:.3e} vs SDPA's {sdpa_err:.3e}"
+
+
+@needs_gpu
+def test_flash_attn_func_takes_a_strided_last_dim():
+    dtype, head_dim = gpu_setup(want_backward=False)
+    q, k, v, _ = gpu_qkv(1, 64, 64, 2, 2, 2 * head_dim, dtype, seed=4)
+    q, k, v = (t[..., ::2] for t in (q, k, v))  # hopattn.attention alone raises "last dim" here
+    out = fai.flash_attn_func(q, k, v, causal=True)
+    assert torch.equal(out, hopattn.attention(q.contiguous(), k.contiguous(), v.contiguous(), causal=True))
+
+
+@needs_gpu
+def test_qkvpacked_gradient_lands_in_the_packed_tensor():
+    dtype, head_dim = gpu_setup(want_backward=True)
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    qkv = torch.randn((2, 150, 3, 4, head_dim), generator=gen, device="cuda").to(dtype).requires_grad_()
+    dout = torch.randn((2, 150, 4, head_dim), generator=gen, device="cuda").to(dtype)
+    fai.flash_attn_qkvpacked_func(qkv, causal=True, deterministic=True).backward(dout)
+    _, want = grads_of(lambda *t: hopattn.attention(*t, causal=True, deterministic=True),
+                       qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], dout)
+    for i, name in enumerate(("dq", "dk", "dv")):
+        assert torch.equal(qkv.grad[:, :, i], want[i]), name
+
+
+@needs_gpu
+def test_forward_only_head_dims_still_run_forward():
+    # A head_dim with a forward kernel but no backward one (if the build has such) works without grad.
+    kernels = hopattn.build_info()["kernels"]
+    backward = {(d, h) for kind, d, h in kernels if kind == "bwd"}
+    fwd_only = sorted({(d, h) for kind, d, h in kernels if kind == "fwd"} - backward)
+    if not fwd_only:
+        pytest.skip("every forward kernel has a backward kernel in this build")
+    dtype_name, head_dim = fwd_only[0]
+    q, k, v, _ = gpu_qkv(1, 64, 64, 2, 2, head_dim, {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype_name])
+    out = fai.flash_attn_func(q, k, v, causal=True)
+    assert rel_l2(out, sdpa(q, k, v, True)) < 2e-2
