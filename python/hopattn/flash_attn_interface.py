@@ -46,8 +46,11 @@ _RULES = {
     "window_size": (_is_no_window, "(-1, -1) (no sliding window)"),
     "attention_chunk": (lambda x: x == 0, "0 (no chunked attention)"),
     "softcap": (lambda x: x == 0, "0.0 (no softcapping)"),
-    "num_splits": (lambda x: x == 1, "1 (hopattn does not split the keys)"),
-    "pack_gqa": (lambda x: x is None, "None (hopattn chooses its own GQA layout)"),
+    # Two tuning hints whose maths is the same either way are accepted: num_splits 0 ("let the
+    # library choose", which for hopattn is one split) and pack_gqa (hopattn already serves a GQA
+    # group's query heads from one read of K/V). An explicit split count > 1 is not honoured.
+    "num_splits": (lambda x: x in (0, 1), "0 or 1 (hopattn does not split the keys)"),
+    "pack_gqa": (lambda x: x in (None, True, False), "None, True or False (a layout hint; hopattn's GQA layout is its own)"),
     "sm_margin": (lambda x: x == 0, "0 (hopattn uses every SM)"),
 }
 

@@ -95,7 +95,7 @@ UNSUPPORTED = {
     "attention_chunk": 256,
     "softcap": 30.0,
     "num_splits": 2,
-    "pack_gqa": True,
+    "pack_gqa": "yes",
     "sm_margin": 8,
 }
 QKVPACKED_UNSUPPORTED = [a for a in UNSUPPORTED if a in dict(FA3_SIGNATURES["flash_attn_qkvpacked_func"])]
@@ -177,6 +177,12 @@ def test_flash_attn_func_is_hopattn_attention(lib):
     np.testing.assert_array_equal(out, want_out)
     np.testing.assert_array_equal(lse, want_lse)
     assert lse.shape == (2, 4, 5) and lse.dtype == np.float32  # (batch, nheads, seqlen_q)
+
+
+@pytest.mark.parametrize("hint", [{"num_splits": 0}, {"pack_gqa": True}, {"pack_gqa": False}])
+def test_tuning_hints_with_the_same_maths_are_accepted(lib, hint):
+    q, k, v = numpy_qkv(seed=3)
+    np.testing.assert_array_equal(fai.flash_attn_func(q, k, v, causal=True, **hint), hopattn.attention(q, k, v, causal=True))
 
 
 def test_qkvpacked_five_dims(lib):
