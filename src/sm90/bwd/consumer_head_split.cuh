@@ -162,7 +162,7 @@ __device__ __forceinline__ void consume_head_split(const typename BwdKernel<Cfg>
         int* sem = params.semaphore + tile;
         if (wg_thread == 0) {
           float* dq = params.dq_accum + tile * Mainloop::kdQElems + wg * 2 * Mainloop::kdQChunkElems;
-          if (params.deterministic) wait_turn(sem, blk.n_block);
+          if (params.deterministic) wait_turn(sem, K::dq_turn(params, blk, m));
           bulk_reduce_add_f32(dq, chunk[0], Mainloop::kdQChunkElems * sizeof(float));
           bulk_reduce_add_f32(dq + Mainloop::kdQChunkElems, chunk[1], Mainloop::kdQChunkElems * sizeof(float));
           tma_store_arrive();  // commit the bulk group
@@ -170,7 +170,7 @@ __device__ __forceinline__ void consume_head_split(const typename BwdKernel<Cfg>
         }
         if (params.deterministic) {  // both halves added: pass the turn
           cutlass::arch::NamedBarrier::sync(Cfg::kNumMmaThreads, barrier_id(BwdBarrier::kdQReady));
-          if (thread_idx == 0) store_release(sem, blk.n_block + 1);
+          if (thread_idx == 0) store_release(sem, K::dq_turn(params, blk, m) + 1);
         }
         staged_st = st;
         staged = true;

@@ -113,7 +113,7 @@ __device__ __forceinline__ void consume_key_split(const typename BwdKernel<Cfg>:
         // dQ (unscaled) into the fp32 accumulator: staged in fragment order, then one bulk
         // reduce-add of the whole tile (the L2 does the adds at line rate; per-element atomics
         // from every thread were the bottleneck). Deterministic mode: key blocks take turns per
-        // query block in increasing order, so the fp32 sums are formed in a fixed order.
+        // query block in a fixed order (BwdKernel::dq_turn), so the fp32 sums are too.
         static_assert(Mainloop::kdQPerThread % 4 == 0);
         CUTE_UNROLL
         for (int j = 0; j < Mainloop::kdQPerThread / 4; ++j) {
@@ -126,12 +126,12 @@ __device__ __forceinline__ void consume_key_split(const typename BwdKernel<Cfg>:
           const int64_t tile = K::dq_tile(params, blk, head, m);
           float* dq = params.dq_accum + tile * Mainloop::kdQElems;
           int* sem = params.semaphore + tile;
-          if (params.deterministic) wait_turn(sem, blk.n_block);
+          if (params.deterministic) wait_turn(sem, K::dq_turn(params, blk, m));
           bulk_reduce_add_f32(dq, ss.dq.data(), Mainloop::kdQElems * sizeof(float));
           tma_store_arrive();  // commit the bulk group
           if (params.deterministic) {
             bulk_wait_complete();  // the adds are done in global memory, not only read from smem
-            store_release(sem, blk.n_block + 1);
+            store_release(sem, K::dq_turn(params, blk, m) + 1);
           }
         }
         ++st;
