@@ -324,35 +324,9 @@ def _direct_forward(st, c_name, what, q, k, v, causal, softmax_scale, with_lse):
     The per-call host cost of hopattn.attention is mostly this function, so it is kept flat:
     _check_torch_inputs' rules in a few C calls (its own error on any failure), one allocation
     call per output, HopattnFwdArgs filled by one pack_into, and ints for device and stream."""
-    T = st.Tensor
-    strided = st.strided
+    qc, kc, vc = _check_qkv(st, q, k, v)
     dev = q.get_device()
-    qs = q.shape
-    ks = k.shape if isinstance(k, T) else None
-    vs = v.shape if isinstance(v, T) else None
-    if not (
-        ks is not None
-        and vs is not None
-        and q.is_cuda
-        and k.is_cuda
-        and v.is_cuda
-        and k.get_device() == dev
-        and v.get_device() == dev
-        and len(qs) == 4
-        and len(ks) == 4
-        and len(vs) == 4
-        and q.layout is strided
-        and k.layout is strided
-        and v.layout is strided
-    ):
-        _check_torch_inputs(st.torch, q, k, v)  # raises the error naming the argument
-    codes = st.codes
-    qc = codes.get(q.dtype)
-    kc = codes.get(k.dtype)
-    vc = codes.get(v.dtype)
-    if qc is None or kc is None or vc is None:
-        for name, t in (("q", q), ("k", k), ("v", v)):
-            _torch_dtype_code(st.torch, name, t)  # raises for the first unsupported one
+    qs, ks, vs = q.shape, k.shape, v.shape
     b, sq, hq, _ = qs
     # out: contiguous, q's dtype and device, like _torch_forward_outputs (empty_like parses least).
     out = st.empty_like(q, memory_format=st.contiguous_format)

@@ -100,3 +100,25 @@ def gpu_qkv(batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, dtype, seed=
 def rel_l2(got, want):
     got, want = got.double(), want.double()
     return ((got - want).norm() / want.norm().clamp_min(1e-30)).item()
+
+
+def cpu_qkv(batch=2, seqlen_q=5, seqlen_k=7, heads_q=4, heads_kv=2, head_dim=64, dtype=None, requires_grad=False,
+            seed=0):
+    """Random CPU q, k, v (batch, seqlen, heads, head_dim), seeded; float32 unless dtype is given."""
+    import torch
+
+    q, k, v, _ = gpu_qkv(batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, dtype or torch.float32, seed, "cpu")
+    return tuple(t.requires_grad_(requires_grad) for t in (q, k, v))
+
+
+def optional_torch():
+    """(torch or None, has an sm_90 GPU, needs_torch marker, needs_gpu marker) for test modules
+    that also run without torch."""
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    has_sm90 = torch is not None and torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+    needs_torch = pytest.mark.skipif(torch is None, reason="needs torch")
+    needs_gpu = pytest.mark.skipif(not has_sm90, reason="needs torch and an sm_90 GPU")
+    return torch, has_sm90, needs_torch, needs_gpu

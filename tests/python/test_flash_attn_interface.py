@@ -19,16 +19,9 @@ import pytest
 
 import hopattn
 from hopattn import flash_attn_interface as fai
-from hopattn_test_support import gpu_kernel_pair, gpu_qkv, rel_l2, require_library_or_skip_module
+from hopattn_test_support import gpu_kernel_pair, gpu_qkv, optional_torch, rel_l2, require_library_or_skip_module
 
-try:
-    import torch
-except ImportError:
-    torch = None
-
-HAS_SM90 = torch is not None and torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
-needs_torch = pytest.mark.skipif(torch is None, reason="needs torch")
-needs_gpu = pytest.mark.skipif(not HAS_SM90, reason="needs torch and an sm_90 GPU")
+torch, HAS_SM90, needs_torch, needs_gpu = optional_torch()
 
 # FlashAttention-3's signatures (Dao-AILab/flash-attention, hopper/flash_attn_interface.py, 2025),
 # as (name, default) in order; REQUIRED marks a parameter without a default.

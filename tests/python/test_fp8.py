@@ -21,19 +21,12 @@ import pytest
 import hopattn
 from hopattn import _lib
 from hopattn import fp8_reference as f8
-from hopattn_test_support import require_library_or_skip_module
+from hopattn_test_support import optional_torch, require_library_or_skip_module
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HEADER = REPO_ROOT / "include" / "hopattn" / "hopattn_c.h"
 
-try:
-    import torch
-except ImportError:
-    torch = None
-
-HAS_SM90 = torch is not None and torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
-needs_torch = pytest.mark.skipif(torch is None, reason="needs torch")
-needs_gpu = pytest.mark.skipif(not HAS_SM90, reason="needs torch and an sm_90 GPU")
+torch, HAS_SM90, needs_torch, needs_gpu = optional_torch()
 
 
 # --- struct layouts (no library) ------------------------------------------------------------------

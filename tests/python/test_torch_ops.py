@@ -26,7 +26,7 @@ if not hasattr(torch.library, "custom_op"):
 
 import hopattn  # noqa: E402
 from hopattn import torch_ops  # noqa: E402
-from hopattn_test_support import gpu_kernel_pair, gpu_qkv, op_route, rel_l2, require_library_or_skip_module  # noqa: E402
+from hopattn_test_support import cpu_qkv, gpu_kernel_pair, gpu_qkv, op_route, rel_l2, require_library_or_skip_module  # noqa: E402
 from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 
 PYTHON_DIR = Path(hopattn.__file__).resolve().parents[1]
@@ -54,16 +54,6 @@ def fake_qkv(mode, batch=2, seqlen_q=16, seqlen_k=16, heads_q=4, heads_kv=2, hea
         k = torch.empty((batch, seqlen_k, heads_kv, head_dim), dtype=dtype, device=device)
         v = torch.empty((batch, seqlen_k, heads_kv, head_dim), dtype=dtype, device=device)
     return q, k, v
-
-
-def cpu_qkv(batch=2, seqlen_q=5, seqlen_k=7, heads_q=4, heads_kv=2, head_dim=64, dtype=torch.float32,
-            requires_grad=False, seed=0):
-    gen = torch.Generator().manual_seed(seed)
-
-    def rand(s, h):
-        return torch.randn((batch, s, h, head_dim), generator=gen).to(dtype).requires_grad_(requires_grad)
-
-    return rand(seqlen_q, heads_q), rand(seqlen_k, heads_kv), rand(seqlen_k, heads_kv)
 
 
 # --- registration and schema (torch, no library) ------------------------------------------------------

@@ -25,7 +25,7 @@ if not hasattr(torch.library, "custom_op"):
 
 import hopattn  # noqa: E402
 from hopattn import _lib, flash_attn_interface, ops, torch_ops  # noqa: E402
-from hopattn_test_support import gpu_kernel_pair, gpu_qkv, op_route, require_library_or_skip_module  # noqa: E402
+from hopattn_test_support import cpu_qkv as support_cpu_qkv, gpu_kernel_pair, gpu_qkv, op_route, require_library_or_skip_module  # noqa: E402
 
 HAS_SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
 needs_gpu = pytest.mark.skipif(not HAS_SM90, reason="needs an sm_90 GPU")
@@ -36,14 +36,11 @@ def lib():
     require_library_or_skip_module()
 
 
-def cpu_qkv(batch=2, seqlen_q=5, seqlen_k=7, heads_q=4, heads_kv=2, head_dim=32, dtype=torch.float32,
-            requires_grad=False, seed=0):
-    gen = torch.Generator().manual_seed(seed)
-
-    def rand(s, h):
-        return torch.randn((batch, s, h, head_dim), generator=gen).to(dtype).requires_grad_(requires_grad)
-
-    return rand(seqlen_q, heads_q), rand(seqlen_k, heads_kv), rand(seqlen_k, heads_kv)
+def cpu_qkv(*args, **kwargs):
+    """hopattn_test_support.cpu_qkv with head_dim 32 by default."""
+    if len(args) < 6:
+        kwargs.setdefault("head_dim", 32)
+    return support_cpu_qkv(*args, **kwargs)
 
 
 class Routes:
