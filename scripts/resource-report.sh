@@ -49,10 +49,11 @@ for line in open("/tmp/hopattn-sass.txt"):
     if re.search(r"\b(LDL|STL)\b", line):
         rows[name][2 if after else 1] += 1
 def short(n):
-    m = re.search(r"FwdWsConfigILNS_5DTypeE(\d)ELi(\d+)ELb(\d)ELj(\d+)ELi(\d+)", n)
+    m = re.search(r"FwdWsConfigILNS_5DTypeE(\d)ELi(\d+)ELb(\d)ELj(\d+)ELi(\d+)E(Lb1E)?", n)
     if m:
-        d, h, c, f, bn = m.groups()
-        return f"ws {'bf16' if d == '0' else 'fp16'} d{h} {'causal' if c == '1' else 'full'} flags={f}" + (f" N={bn}" if bn != "0" else "")
+        d, h, c, f, bn, varlen = m.groups()
+        return (f"ws {'bf16' if d == '0' else 'fp16'} d{h} {'causal' if c == '1' else 'full'} flags={f}"
+                + (f" N={bn}" if bn != "0" else "") + (" varlen" if varlen else ""))
     m = re.search(r"Fp8FwdConfigILNS_5DTypeE(\d)ELi(\d+)ELb(\d)ELj(\d+)ELi(\d+)", n)
     if m:
         d, h, c, f, bn = m.groups()

@@ -132,13 +132,26 @@ struct VarlenForwardArgs {
   TensorRef seqused_q, seqused_k;
   bool causal = false;
   std::optional<float> softmax_scale;  // default 1/sqrt(head_dim); must be finite and > 0
+  // GPU only (forward_varlen): copy cu_seqlens/seqused to the host, synchronising `stream`, and
+  // check their values as forward_varlen_cpu does. Off by default because it costs a device-to-host
+  // copy and a sync per call; also switched on for every call by the environment variable
+  // HOPATTN_DEBUG_CHECKS=1. Without it, wrong index values give wrong rows, never out-of-bounds
+  // writes outside q.sizes[0] rows of out (the kernel's TMA is bounded by the tensors' extents),
+  // but a max_seqlen_q below a real length leaves that sequence's later rows unwritten.
+  bool check_index_values = false;
 };
+
+// The Hopper varlen forward pass (device memory, the index tensors too), enqueued on `stream`.
+// Same kernel as forward(): one launch for the whole batch. The kernel reads up to one key tile
+// past each sequence's keys (the next sequence's rows, or the tensor's padding after
+// cu_seqlens_k[batch]); those values are masked out of the scores, but V's must be finite
+// (0 * inf is NaN in the P V product), as with FlashAttention-3.
+Result forward_varlen(const VarlenForwardArgs& args, cudaStream_t stream = nullptr);
 
 // The CPU reference of the varlen forward pass: host memory (the index tensors too), double
 // accumulation, any dtype forward_cpu takes. It reads cu_seqlens/seqused and checks their values
-// (starts at 0, non-decreasing, within the token counts and max_seqlen, seqused in range). The GPU
-// entry point comes with the varlen kernel; there those value checks need a device-to-host copy and
-// will live in a debug-checks mode.
+// (starts at 0, non-decreasing, within the token counts and max_seqlen, seqused in range); the GPU
+// entry point does so only with check_index_values (a device-to-host copy).
 Result forward_varlen_cpu(const VarlenForwardArgs& args);
 
 // ---- FP8 (e4m3) forward (issue 4) --------------------------------------------------------------

@@ -11,7 +11,7 @@
 extern "C" {
 #endif
 
-#define HOPATTN_ABI_VERSION 3
+#define HOPATTN_ABI_VERSION 4
 
 enum hopattn_status {
   HOPATTN_SUCCESS = 0,
@@ -45,6 +45,23 @@ typedef struct hopattn_bwd_args {
   float softmax_scale;
   int32_t deterministic;
 } hopattn_bwd_args;
+
+/* Variable-length forward (ABI 4; see hopattn.hpp: VarlenForwardArgs). q/k/v/out packed as
+ * (total_tokens, heads, head_dim); lse (heads_q, total_q) fp32, optional (lse.data NULL).
+ * cu_seqlens_q/k: int32, 1-dim, batch + 1 entries. seqused_q/k: int32, 1-dim, batch entries,
+ * optional (data NULL and ndim 0). On the GPU every tensor, the index tensors too, is device memory;
+ * check_index_values (GPU only) copies the index tensors to the host, synchronising the stream,
+ * and checks their values as the CPU reference always does. */
+typedef struct hopattn_varlen_fwd_args {
+  hopattn_tensor q, k, v, out, lse; /* lse.data may be NULL */
+  hopattn_tensor cu_seqlens_q, cu_seqlens_k;
+  hopattn_tensor seqused_q, seqused_k; /* optional: data NULL and ndim 0 */
+  int64_t max_seqlen_q, max_seqlen_k;
+  int32_t causal;
+  int32_t has_softmax_scale; /* 0: use 1/sqrt(head_dim) */
+  float softmax_scale;
+  int32_t check_index_values;
+} hopattn_varlen_fwd_args;
 
 /* FP8 (see hopattn.hpp: Fp8AttentionArgs, Fp8ForwardArgs, Fp8QuantizeArgs). Absent optional
  * tensors (lse, descales): data NULL and ndim 0. */
@@ -86,6 +103,10 @@ int hopattn_forward_reference_cuda(const hopattn_fwd_args* args, void* stream);
 int hopattn_forward_cpu(const hopattn_fwd_args* args);
 size_t hopattn_forward_workspace_size(const hopattn_fwd_args* args);
 int hopattn_check_device(void);
+
+/* Variable-length forward: stream as above (device memory), or the CPU reference (host memory). */
+int hopattn_forward_varlen(const hopattn_varlen_fwd_args* args, void* stream);
+int hopattn_forward_varlen_cpu(const hopattn_varlen_fwd_args* args);
 
 /* Backward: gradients dq, dk, dv of the forward call that produced out and lse.
  * workspace: device memory of hopattn_backward_workspace_size(args) bytes, 256-byte aligned. */

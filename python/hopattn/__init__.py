@@ -15,12 +15,14 @@ from ._lib import (  # noqa: E402
 )
 from .ops import attention, attention_backward, attention_reference, build_info, check_device, is_available, version  # noqa: E402
 from .fp8 import attention_fp8, forward_fp8, quantize_fp8  # noqa: E402
+from .varlen import varlen_attention  # noqa: E402
 
 __all__ = [
     "__version__",
     "attention",
     "attention_backward",
     "attention_reference",
+    "varlen_attention",
     "attention_fp8",
     "forward_fp8",
     "quantize_fp8",

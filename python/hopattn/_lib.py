@@ -8,7 +8,7 @@ from pathlib import Path
 
 # Must equal HOPATTN_ABI_VERSION in hopattn_c.h; checked at load so a stale .so fails loudly
 # instead of misreading structs.
-ABI_VERSION = 3
+ABI_VERSION = 4
 
 # enum hopattn_dtype
 DTYPE_BF16 = 0
@@ -72,6 +72,29 @@ class HopattnBwdArgs(ctypes.Structure):
         ("has_softmax_scale", ctypes.c_int32),
         ("softmax_scale", ctypes.c_float),
         ("deterministic", ctypes.c_int32),
+    ]
+
+
+class HopattnVarlenFwdArgs(ctypes.Structure):
+    """struct hopattn_varlen_fwd_args (ABI 4): packed (total_tokens, heads, head_dim) q/k/v/out,
+    lse (heads_q, total_q) or NULL, int32 cu_seqlens (batch + 1) and optional seqused (batch)."""
+
+    _fields_ = [
+        ("q", HopattnTensor),
+        ("k", HopattnTensor),
+        ("v", HopattnTensor),
+        ("out", HopattnTensor),
+        ("lse", HopattnTensor),
+        ("cu_seqlens_q", HopattnTensor),
+        ("cu_seqlens_k", HopattnTensor),
+        ("seqused_q", HopattnTensor),
+        ("seqused_k", HopattnTensor),
+        ("max_seqlen_q", ctypes.c_int64),
+        ("max_seqlen_k", ctypes.c_int64),
+        ("causal", ctypes.c_int32),
+        ("has_softmax_scale", ctypes.c_int32),
+        ("softmax_scale", ctypes.c_float),
+        ("check_index_values", ctypes.c_int32),
     ]
 
 
@@ -204,6 +227,7 @@ def _declare(lib):
     """Set argtypes/restype so ctypes neither truncates pointers nor guesses int returns."""
     args_p = ctypes.POINTER(HopattnFwdArgs)
     bwd_args_p = ctypes.POINTER(HopattnBwdArgs)
+    varlen_p = ctypes.POINTER(HopattnVarlenFwdArgs)
     fp8_attn_p = ctypes.POINTER(HopattnFp8AttentionArgs)
     fp8_fwd_p = ctypes.POINTER(HopattnFp8FwdArgs)
     fp8_quant_p = ctypes.POINTER(HopattnFp8QuantizeArgs)
@@ -218,6 +242,8 @@ def _declare(lib):
         "hopattn_forward_cpu": ([args_p], ctypes.c_int),
         "hopattn_forward_workspace_size": ([args_p], ctypes.c_size_t),
         "hopattn_check_device": ([], ctypes.c_int),
+        "hopattn_forward_varlen": ([varlen_p, ctypes.c_void_p], ctypes.c_int),
+        "hopattn_forward_varlen_cpu": ([varlen_p], ctypes.c_int),
         "hopattn_backward_workspace_size": ([bwd_args_p], ctypes.c_size_t),
         "hopattn_backward": ([bwd_args_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p], ctypes.c_int),
         "hopattn_backward_cpu": ([bwd_args_p], ctypes.c_int),
@@ -245,7 +271,7 @@ def load():
                 lib = ctypes.CDLL(str(path))
             except OSError as e:
                 raise LibraryNotFoundError(f"could not load {path}: {e}") from e
-            # The version first: a stale library lacks newer symbols, and "ABI version 2, expected 3"
+            # The version first: a stale library lacks newer symbols, and "ABI version 3, expected 4"
             # says more than the first missing symbol would.
             try:
                 lib.hopattn_abi_version.argtypes = []
@@ -305,9 +331,11 @@ def make_tensor(data_ptr: int, dtype_code: int, sizes, strides) -> HopattnTensor
 
 
 def _contiguous_strides(sizes):
+    """Row-major strides as the library computes them (hopattn::make_tensor, and its exact-layout
+    checks of lse and descales): plain products, so a dim after a zero-size one has stride 0."""
     strides = [1] * len(sizes)
     for i in range(len(sizes) - 2, -1, -1):
-        strides[i] = strides[i + 1] * max(sizes[i + 1], 1)
+        strides[i] = strides[i + 1] * sizes[i + 1]
     return strides
 
 
@@ -335,6 +363,23 @@ def make_bwd_args(q, k, v, out, dout, lse, dq, dk, dv, causal: bool, softmax_sca
 
 def _scale_fields(softmax_scale):
     return (0, 0.0) if softmax_scale is None else (1, float(softmax_scale))
+
+
+def make_varlen_fwd_args(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q: int,
+                         max_seqlen_k: int, causal: bool, softmax_scale, check_index_values: bool) -> HopattnVarlenFwdArgs:
+    """Pack HopattnTensors into HopattnVarlenFwdArgs; lse, seqused_q and seqused_k may be None
+    (lse not computed; every token of each sequence used)."""
+    absent = HopattnTensor
+    has_scale, scale = _scale_fields(softmax_scale)
+    return HopattnVarlenFwdArgs(
+        q, k, v, out,
+        absent() if lse is None else lse,
+        cu_seqlens_q, cu_seqlens_k,
+        absent() if seqused_q is None else seqused_q,
+        absent() if seqused_k is None else seqused_k,
+        max_seqlen_q, max_seqlen_k,
+        1 if causal else 0, has_scale, scale, 1 if check_index_values else 0,
+    )
 
 
 def make_fp8_attention_args(q, k, v, out, lse, causal: bool, softmax_scale, incoherent: bool, block_quant: bool,

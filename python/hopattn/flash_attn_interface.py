@@ -7,12 +7,13 @@
 # hopattn computes maps one-to-one onto hopattn.attention; every argument that asks for something
 # hopattn does not do (sliding windows, softcapping, FP8 descales, split-KV tuning, ...) raises
 # NotImplementedError naming the argument, before any tensor is touched: a caller must never get
-# plain attention where it asked for something else. flash_attn_varlen_func, flash_attn_with_kvcache
-# and the other serving entry points raise until hopattn has those features.
+# plain attention where it asked for something else. flash_attn_varlen_func maps onto
+# hopattn.varlen_attention (forward only so far); flash_attn_with_kvcache and the other serving entry
+# points raise until hopattn has those features.
 #
 # Like the rest of hopattn this module never imports torch (the tensors passed in come from the
 # caller's torch), so importing it is cheap and works without torch.
-from . import ops
+from . import ops, varlen
 
 __all__ = [
     "flash_attn_func",
@@ -75,9 +76,6 @@ def _short(value):
 
 def _not_yet(function, feature, arguments, hint=""):
     raise NotImplementedError(f"{function}: {feature} ({arguments}) is not implemented in hopattn yet{hint}")
-
-
-_PAD_HINT = "; for equal-length sequences use flash_attn_func on (batch, seqlen, heads, head_dim) tensors"
 
 
 # --- supported ----------------------------------------------------------------------------------
@@ -181,9 +179,6 @@ def _unpack_qkv(qkv, num_heads_q):
     )
 
 
-# --- not yet: the serving features -----------------------------------------------------------------
-
-
 def flash_attn_varlen_func(
     q,
     k,
@@ -207,15 +202,35 @@ def flash_attn_varlen_func(
     sm_margin=0,
     return_attn_probs=False,
 ):
-    """FA3's variable-length attention. Not implemented yet: always raises NotImplementedError
-    (naming an unsupported argument first, if one is given)."""
+    """FlashAttention-3's flash_attn_varlen_func on hopattn: attention over sequences of different
+    lengths packed along the token dim (hopattn.varlen_attention). Forward only for now.
+
+    q: (total_q, nheads, headdim); k, v: (total_k, nheads_k, headdim); cu_seqlens_q, cu_seqlens_k:
+    int32 (batch + 1,) prefix sums of the sequence lengths; max_seqlen_q, max_seqlen_k: the longest
+    sequence of each side; seqused_q, seqused_k: optional int32 (batch,), use only the first
+    seqused[b] tokens of sequence b. causal is bottom-right aligned per sequence.
+
+    Returns out (total_q, nheads, headdim); with return_attn_probs=True, (out, softmax_lse) with
+    softmax_lse (nheads, total_q) float32, as FA3 does (no probabilities).
+
+    The gradient does not exist yet: with grad mode on and q, k or v requiring grad this raises
+    NotImplementedError (hopattn.varlen_attention's). deterministic is accepted (it only concerns
+    the backward). Any other argument at a non-default value raises NotImplementedError naming it.
+    """
     _reject_unsupported(
         "flash_attn_varlen_func",
         qv=qv, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, window_size=window_size,
         attention_chunk=attention_chunk, softcap=softcap, num_splits=num_splits, pack_gqa=pack_gqa,
         sm_margin=sm_margin,
     )
-    _not_yet("flash_attn_varlen_func", "variable-length batches", "cu_seqlens_q, cu_seqlens_k", _PAD_HINT)
+    q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
+    return varlen.varlen_attention(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=causal, softmax_scale=softmax_scale,
+        seqused_q=seqused_q, seqused_k=seqused_k, return_lse=bool(return_attn_probs),
+    )
+
+
+# --- not yet: the serving features -----------------------------------------------------------------
 
 
 def flash_attn_with_kvcache(

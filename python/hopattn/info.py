@@ -20,9 +20,9 @@ _FAMILY_LABELS = {
 }
 # Features with no C ABI yet: always reported as not available.
 _NOT_YET = {
-    "varlen (flash_attn_varlen_func)": "not yet",
     "kv cache (flash_attn_with_kvcache)": "not yet",
 }
+_VARLEN = "varlen (varlen_attention, flash_attn_varlen_func)"
 
 
 # --- the library's build ------------------------------------------------------------------------
@@ -175,6 +175,7 @@ def _features(library, device, torch_info):
     features = {}
     if "error" in library:
         features["sm90 kernels"] = "unknown (library not loaded)"
+        features[_VARLEN] = "unknown (library not loaded)"
     else:
         families = {}
         for family, dtype, head_dim in library["kernels"]:
@@ -185,6 +186,8 @@ def _features(library, device, torch_info):
             for dtype, dims in sorted(dtypes.items()):
                 features[f"{label} {dtype}"] = f"{where}: head_dim {', '.join(map(str, sorted(dims)))}"
         features["CPU reference (numpy)"] = "available"
+        # The varlen forward runs the forward kernels (and the CPU reference for numpy).
+        features[_VARLEN] = "forward only (the forward kernels' dtypes and head dims); backward not yet"
     if torch_info["custom_ops"]:
         features["torch ops (torch.compile, CUDA graphs)"] = f"available (torch {torch_info['version']})"
     elif torch_info["version"]:

@@ -69,11 +69,15 @@ def _torch_dtype_code(torch, name, t):
     return code
 
 
-def _torch_tensor(torch, name, t):
-    return _lib.make_tensor(t.data_ptr(), _torch_dtype_code(torch, name, t), tuple(t.shape), t.stride())
+def _torch_tensor(torch, name, t, code=None):
+    """A HopattnTensor for t; code (a _lib.DTYPE_*) defaults to t's attention dtype."""
+    if code is None:
+        code = _torch_dtype_code(torch, name, t)
+    return _lib.make_tensor(t.data_ptr(), code, tuple(t.shape), t.stride())
 
 
-def _check_torch_inputs(torch, q, k, v):
+def _check_torch_inputs(torch, q, k, v, ndim=4, layout=_LAYOUT):
+    """q, k and v are dense CUDA tensors on q's device with `ndim` dims (described as `layout`)."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name}: expected a torch.Tensor like q, got {type(t).__name__}")
@@ -84,8 +88,8 @@ def _check_torch_inputs(torch, q, k, v):
             )
         if t.device != q.device:
             raise _lib.InvalidArgumentError(f"{name}: on device '{t.device}' but q is on '{q.device}'")
-        if t.dim() != 4:
-            raise _lib.InvalidArgumentError(f"{name}: expected 4 dims {_LAYOUT}, got shape {tuple(t.shape)}")
+        if t.dim() != ndim:
+            raise _lib.InvalidArgumentError(f"{name}: expected {ndim} dims {layout}, got shape {tuple(t.shape)}")
         if t.layout != torch.strided:
             raise _lib.InvalidArgumentError(f"{name}: expected a dense (strided) tensor, got layout {t.layout}")
 
@@ -528,8 +532,10 @@ def _numpy_dtype_code(name, a):
     return code
 
 
-def _numpy_tensor(name, a):
-    code = _numpy_dtype_code(name, a)
+def _numpy_tensor(name, a, code=None):
+    """A HopattnTensor for a; code (a _lib.DTYPE_*) defaults to a's attention dtype."""
+    if code is None:
+        code = _numpy_dtype_code(name, a)
     item = a.itemsize
     strides = a.strides
     if any(s % item for s in strides):
@@ -537,14 +543,21 @@ def _numpy_tensor(name, a):
     return _lib.make_tensor(a.__array_interface__["data"][0], code, a.shape, [s // item for s in strides])
 
 
+def _check_numpy_inputs(named_arrays, ndim=4, layout=_LAYOUT):
+    """Each (name, a) is a numpy.ndarray (TypeError) with `ndim` dims, described as `layout`."""
+    import numpy as np
+
+    for name, a in named_arrays:
+        if not isinstance(a, np.ndarray):
+            raise TypeError(f"{name}: expected a numpy.ndarray like q, got {type(a).__name__}")
+        if a.ndim != ndim:
+            raise _lib.InvalidArgumentError(f"{name}: expected {ndim} dims {layout}, got shape {a.shape}")
+
+
 def _run_numpy(q, k, v, causal, softmax_scale, return_lse):
     import numpy as np
 
-    for name, a in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(a, np.ndarray):
-            raise TypeError(f"{name}: expected a numpy.ndarray like q, got {type(a).__name__}")
-        if a.ndim != 4:
-            raise _lib.InvalidArgumentError(f"{name}: expected 4 dims {_LAYOUT}, got shape {a.shape}")
+    _check_numpy_inputs((("q", q), ("k", k), ("v", v)))
     batch, seqlen_q, heads_q, head_dim = q.shape
     out = np.empty((batch, seqlen_q, heads_q, head_dim), dtype=q.dtype)
     lse = np.empty((batch, heads_q, seqlen_q), dtype=np.float32) if return_lse else None
@@ -565,11 +578,7 @@ def _run_numpy(q, k, v, causal, softmax_scale, return_lse):
 def _run_numpy_backward(q, k, v, dout, causal, softmax_scale):
     import numpy as np
 
-    for name, a in (("q", q), ("k", k), ("v", v), ("dout", dout)):
-        if not isinstance(a, np.ndarray):
-            raise TypeError(f"{name}: expected a numpy.ndarray like q, got {type(a).__name__}")
-        if a.ndim != 4:
-            raise _lib.InvalidArgumentError(f"{name}: expected 4 dims {_LAYOUT}, got shape {a.shape}")
+    _check_numpy_inputs((("q", q), ("k", k), ("v", v), ("dout", dout)))
     # Gradients come back in the inputs' dtype (the library checks k, v and dout against q's).
     dq = np.empty(q.shape, dtype=q.dtype)
     dk = np.empty(k.shape, dtype=q.dtype)

@@ -2,6 +2,9 @@
 #
 #   torch.ops.hopattn.fwd(q, k, v, causal=False, softmax_scale=None, deterministic=False) -> (out, lse)
 #   torch.ops.hopattn.bwd(dout, q, k, v, out, lse, causal, softmax_scale, deterministic) -> (dq, dk, dv)
+#   torch.ops.hopattn.fwd_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+#                                seqused_q=None, seqused_k=None, causal=False, softmax_scale=None,
+#                                check_index_values=False) -> (out, lse)      (forward only, no autograd)
 #
 # Being real operators (not Python code around a ctypes call) is what lets torch.compile trace
 # them as single graph nodes (no graph break), lets autograd and AOTAutograd see the backward, and
@@ -26,7 +29,7 @@ from typing import Optional, Tuple
 
 import torch
 
-from . import _lib, ops
+from . import _lib, ops, varlen
 
 if not hasattr(torch.library, "custom_op"):
     raise ImportError(
@@ -73,9 +76,32 @@ def _bwd(
     return ops._direct_backward(ops._direct(torch), q, k, v, out, dout, lse, causal, softmax_scale, deterministic)
 
 
-# The OpOverloads: what hopattn.attention calls, and what a traced graph records.
+@torch.library.custom_op("hopattn::fwd_varlen", mutates_args=(), device_types="cuda")
+def _fwd_varlen(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    seqused_q: Optional[torch.Tensor] = None,
+    seqused_k: Optional[torch.Tensor] = None,
+    causal: bool = False,
+    softmax_scale: Optional[float] = None,
+    check_index_values: bool = False,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """out (total_q, heads_q, head_dim) in q's dtype and lse (heads_q, total_q) float32; see
+    hopattn.varlen_attention. Forward only: no autograd is registered (varlen_attention raises
+    before a call that would need one)."""
+    return varlen._op_forward(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q,
+                              seqused_k, causal, softmax_scale, check_index_values)
+
+
+# The OpOverloads: what hopattn.attention / varlen_attention call, and what a traced graph records.
 fwd = torch.ops.hopattn.fwd.default
 bwd = torch.ops.hopattn.bwd.default
+fwd_varlen = torch.ops.hopattn.fwd_varlen.default
 
 
 # --- CPU kernels (the CPU reference) ----------------------------------------------------------------
@@ -111,6 +137,14 @@ def _bwd_cpu(dout, q, k, v, out, lse, causal, softmax_scale, deterministic):
     )
     _lib.check(_lib.load().hopattn_backward_cpu(ctypes.byref(args)), "hopattn CPU reference backward")
     return dq, dk, dv
+
+
+@_fwd_varlen.register_kernel("cpu")
+def _fwd_varlen_cpu(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q=None, seqused_k=None,
+                    causal=False, softmax_scale=None, check_index_values=False):
+    # The CPU reference always checks the index values: check_index_values has nothing to add.
+    return varlen._op_forward(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q,
+                              seqused_k, causal, softmax_scale, False, require_cuda=False)
 
 
 # --- fake (meta) implementations: shapes and dtypes for torch.compile ---------------------------------
@@ -163,6 +197,18 @@ def _bwd_fake(dout, q, k, v, out, lse, causal, softmax_scale, deterministic):
     if tuple(dout.shape) != tuple(q.shape):
         raise _lib.InvalidArgumentError(f"dout: shape {tuple(dout.shape)} differs from q's {tuple(q.shape)}")
     return ops._torch_grad_outputs(torch, q, k, v)
+
+
+@_fwd_varlen.register_fake
+def _fwd_varlen_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q=None, seqused_k=None,
+                     causal=False, softmax_scale=None, check_index_values=False):
+    # Metadata only (no index values exist here): layout, devices and the index tensors' dtype;
+    # the library checks the rest when the kernel runs.
+    index = varlen._index_arrays(cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k)
+    varlen._check_torch(torch, q, k, v, index, require_cuda=False)
+    total_q, heads_q, _ = q.shape
+    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    return out, q.new_empty((heads_q, total_q), dtype=torch.float32)
 
 
 # --- autograd -----------------------------------------------------------------------------------------

@@ -3,8 +3,11 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "api/device.hpp"
 #include "api/instantiations.hpp"
@@ -155,6 +158,53 @@ Result backward_cpu(const BackwardArgs& args) {
 }
 
 // ---- varlen ------------------------------------------------------------------------------------
+
+namespace {
+
+// HOPATTN_DEBUG_CHECKS=1 turns on every call's check_index_values; read once per process.
+bool debug_checks_env() {
+  static const bool on = [] {
+    const char* v = std::getenv("HOPATTN_DEBUG_CHECKS");
+    return v != nullptr && v[0] != '\0' && std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+
+// check_index_values: copy the index arrays to the host (in stream order, then wait) and check them.
+Result check_index_values_on_device(const VarlenProblem& p, cudaStream_t stream) {
+  const std::size_t n = static_cast<std::size_t>(p.batch);
+  std::vector<int32_t> cu_q(n + 1), cu_k(n + 1), used_q(p.seqused_q ? n : 0), used_k(p.seqused_k ? n : 0);
+  const struct { int32_t* dst; const int32_t* src; std::size_t count; const char* name; } copies[] = {
+      {cu_q.data(), p.cu_seqlens_q, n + 1, "cu_seqlens_q"},
+      {cu_k.data(), p.cu_seqlens_k, n + 1, "cu_seqlens_k"},
+      {used_q.data(), p.seqused_q, used_q.size(), "seqused_q"},
+      {used_k.data(), p.seqused_k, used_k.size(), "seqused_k"}};
+  for (const auto& c : copies) {
+    if (c.count == 0) continue;
+    const cudaError_t e = cudaMemcpyAsync(c.dst, c.src, c.count * sizeof(int32_t), cudaMemcpyDefault, stream);
+    if (e != cudaSuccess) return cuda_error((std::string("check_index_values: copying ") + c.name).c_str(), e);
+  }
+  if (const cudaError_t e = cudaStreamSynchronize(stream); e != cudaSuccess)
+    return cuda_error("check_index_values: cudaStreamSynchronize", e);
+  return check_varlen_index_values(p, cu_q.data(), cu_k.data(), p.seqused_q ? used_q.data() : nullptr,
+                                   p.seqused_k ? used_k.data() : nullptr);
+}
+
+}  // namespace
+
+Result forward_varlen(const VarlenForwardArgs& args, cudaStream_t stream) {
+  VarlenProblem vp;
+  if (Result r = validate_forward_varlen(args, Backend::kSm90, &vp); !r.ok()) return r;
+  if (Result r = check_hopper_device(); !r.ok()) return r;
+  if (vp.batch > 0 && (args.check_index_values || debug_checks_env()))
+    if (Result r = check_index_values_on_device(vp, stream); !r.ok()) return r;
+  // No rows to write (a sequence longer than max_seqlen_q is the caller's error, see the header).
+  if (vp.empty() || vp.total_q == 0 || vp.max_seqlen_q == 0) return {};
+  const AttnProblem p = to_attn_problem(vp);
+  const FwdKernelEntry* kernel = find_forward_kernel(p.dtype, static_cast<int>(p.head_dim));
+  const cudaError_t e = kernel->launch(p, stream);
+  return e == cudaSuccess ? Result{} : cuda_error("sm90 varlen forward launch", e);
+}
 
 Result forward_varlen_cpu(const VarlenForwardArgs& args) {
   VarlenProblem p;

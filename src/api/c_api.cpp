@@ -80,6 +80,24 @@ bool null_args(const void* a) {
   return true;
 }
 
+int to_args(const hopattn_varlen_fwd_args* a, hopattn::VarlenForwardArgs* out) {
+  if (null_args(a)) return HOPATTN_INVALID_ARGUMENT;
+  if (!to_tensor(a->q, "q", &out->q) || !to_tensor(a->k, "k", &out->k) || !to_tensor(a->v, "v", &out->v) ||
+      !to_tensor(a->out, "out", &out->out) || !to_tensor(a->cu_seqlens_q, "cu_seqlens_q", &out->cu_seqlens_q) ||
+      !to_tensor(a->cu_seqlens_k, "cu_seqlens_k", &out->cu_seqlens_k) ||
+      !to_optional_tensor(a->seqused_q, "seqused_q", &out->seqused_q) ||
+      !to_optional_tensor(a->seqused_k, "seqused_k", &out->seqused_k))
+    return HOPATTN_INVALID_ARGUMENT;
+  // lse, as in forward: left out whenever data is NULL.
+  if (a->lse.data != nullptr && !to_tensor(a->lse, "lse", &out->lse)) return HOPATTN_INVALID_ARGUMENT;
+  out->max_seqlen_q = a->max_seqlen_q;
+  out->max_seqlen_k = a->max_seqlen_k;
+  out->causal = a->causal != 0;
+  if (a->has_softmax_scale) out->softmax_scale = a->softmax_scale;
+  out->check_index_values = a->check_index_values != 0;
+  return HOPATTN_SUCCESS;
+}
+
 int to_args(const hopattn_fp8_attention_args* a, hopattn::Fp8AttentionArgs* out) {
   if (null_args(a)) return HOPATTN_INVALID_ARGUMENT;
   if (!to_tensor(a->q, "q", &out->q) || !to_tensor(a->k, "k", &out->k) || !to_tensor(a->v, "v", &out->v) ||
@@ -152,6 +170,18 @@ size_t hopattn_forward_workspace_size(const hopattn_fwd_args* args) {
 }
 
 int hopattn_check_device(void) { return finish(hopattn::check_device()); }
+
+int hopattn_forward_varlen(const hopattn_varlen_fwd_args* args, void* stream) {
+  hopattn::VarlenForwardArgs a;
+  if (int rc = to_args(args, &a); rc != HOPATTN_SUCCESS) return rc;
+  return finish(hopattn::forward_varlen(a, static_cast<cudaStream_t>(stream)));
+}
+
+int hopattn_forward_varlen_cpu(const hopattn_varlen_fwd_args* args) {
+  hopattn::VarlenForwardArgs a;
+  if (int rc = to_args(args, &a); rc != HOPATTN_SUCCESS) return rc;
+  return finish(hopattn::forward_varlen_cpu(a));
+}
 
 size_t hopattn_backward_workspace_size(const hopattn_bwd_args* args) {
   hopattn::BackwardArgs a;

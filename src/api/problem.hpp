@@ -35,8 +35,19 @@ struct AttnProblem {
   int64_t v_stride[3] = {0, 0, 0};
   int64_t o_stride[3] = {0, 0, 0};
 
+  // Variable-length batches (forward_varlen, via to_attn_problem): a non-null cu_seqlens_q makes
+  // q/k/v/out packed along tokens. Sequence b's rows start at cu_seqlens_q[b] / cu_seqlens_k[b]
+  // (device memory, read by the kernel), seqlen_q/seqlen_k hold the max_seqlen bounds,
+  // total_q/total_k the packed row counts, the batch strides are 0 and lse is (heads_q, total_q).
+  const int32_t* cu_seqlens_q = nullptr;
+  const int32_t* cu_seqlens_k = nullptr;
+  const int32_t* seqused_q = nullptr;  // or null
+  const int32_t* seqused_k = nullptr;  // or null
+  int64_t total_q = 0, total_k = 0;
+
   HOPATTN_HOST_DEVICE int64_t group() const { return heads_q / heads_kv; }  // query heads sharing one K/V head
   HOPATTN_HOST_DEVICE bool empty() const { return batch == 0 || seqlen_q == 0 || heads_q == 0; }
+  HOPATTN_HOST_DEVICE bool varlen() const { return cu_seqlens_q != nullptr; }
 };
 
 // The validated backward problem: the forward problem's q, k, v, out, lse (and its causal/scale/GQA
@@ -152,5 +163,14 @@ struct VarlenProblem {
 // them needs a device-to-host copy, so those checks will live in a debug-checks mode there.
 // Messages name the argument and index ("cu_seqlens_q[3]=10 is less than cu_seqlens_q[2]=12 ...").
 Result validate_forward_varlen(const VarlenForwardArgs& args, Backend backend, VarlenProblem* problem);
+
+// The value checks validate_forward_varlen runs for the CPU backend, on host copies of the index
+// arrays (cu_q/cu_k: batch + 1 entries; used_q/used_k: batch entries or null). forward_varlen's
+// check_index_values mode copies the device arrays and calls this.
+Result check_varlen_index_values(const VarlenProblem& p, const int32_t* cu_q, const int32_t* cu_k,
+                                 const int32_t* used_q, const int32_t* used_k);
+
+// The varlen problem as the fixed-length kernels' AttnProblem (the fields documented there).
+AttnProblem to_attn_problem(const VarlenProblem& p);
 
 }  // namespace hopattn

@@ -178,6 +178,10 @@ Result validate_forward_varlen(const VarlenForwardArgs& a, Backend backend, Varl
     if (Result r = check_varlen_values("q", cu_q, used_q, batch, total_q, a.max_seqlen_q); !r.ok()) return r;
     if (Result r = check_varlen_values("k", cu_k, used_k, batch, total_k, a.max_seqlen_k); !r.ok()) return r;
   }
+  if (backend == Backend::kSm90 && a.max_seqlen_q > std::numeric_limits<int32_t>::max() / 2)
+    return fail(cat("max_seqlen_q=", a.max_seqlen_q, " exceeds 2^30-1"));
+  if (backend == Backend::kSm90 && a.max_seqlen_k > std::numeric_limits<int32_t>::max() / 2)
+    return fail(cat("max_seqlen_k=", a.max_seqlen_k, " exceeds 2^30-1"));
   if (backend == Backend::kSm90 && !has_forward_kernel(a.q.dtype, static_cast<int>(d)))
     return Result{Status::kUnsupported, cat("head_dim ", d, " with dtype ", dtype_name(a.q.dtype),
                                             " has no sm90 kernel in this build (built: ", build_instantiation_list(), ")")};
@@ -199,6 +203,41 @@ Result validate_forward_varlen(const VarlenForwardArgs& a, Backend backend, Varl
   p->cu_seqlens_q = cu_q; p->cu_seqlens_k = cu_k;
   p->seqused_q = used_q; p->seqused_k = used_k;
   return {};
+}
+
+Result check_varlen_index_values(const VarlenProblem& p, const int32_t* cu_q, const int32_t* cu_k,
+                                 const int32_t* used_q, const int32_t* used_k) {
+  if (Result r = check_varlen_values("q", cu_q, used_q, p.batch, p.total_q, p.max_seqlen_q); !r.ok()) return r;
+  return check_varlen_values("k", cu_k, used_k, p.batch, p.total_k, p.max_seqlen_k);
+}
+
+AttnProblem to_attn_problem(const VarlenProblem& v) {
+  AttnProblem p;
+  p.batch = v.batch;
+  p.seqlen_q = v.max_seqlen_q;
+  p.seqlen_k = v.max_seqlen_k;
+  p.heads_q = v.heads_q;
+  p.heads_kv = v.heads_kv;
+  p.head_dim = v.head_dim;
+  p.dtype = v.dtype;
+  p.causal = v.causal;
+  p.scale = v.scale;
+  p.q = v.q; p.k = v.k; p.v = v.v; p.out = v.out;
+  p.lse = v.lse;
+  const auto strides = [](int64_t dst[3], const int64_t src[2]) {  // (token, head) -> (0, token, head)
+    dst[0] = 0; dst[1] = src[0]; dst[2] = src[1];
+  };
+  strides(p.q_stride, v.q_stride);
+  strides(p.k_stride, v.k_stride);
+  strides(p.v_stride, v.v_stride);
+  strides(p.o_stride, v.o_stride);
+  p.cu_seqlens_q = v.cu_seqlens_q;
+  p.cu_seqlens_k = v.cu_seqlens_k;
+  p.seqused_q = v.seqused_q;
+  p.seqused_k = v.seqused_k;
+  p.total_q = v.total_q;
+  p.total_k = v.total_k;
+  return p;
 }
 
 }  // namespace hopattn

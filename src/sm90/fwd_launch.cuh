@@ -23,7 +23,7 @@ namespace hopattn::sm90 {
 template <DType kDType, int kHeadDim>
 cudaError_t run_fwd_mma(const AttnProblem& pr, cudaStream_t stream) {
   using Cfg = FwdTileConfig<kHeadDim>;
-  if (pr.head_dim != kHeadDim || pr.dtype != kDType) return cudaErrorInvalidValue;
+  if (pr.head_dim != kHeadDim || pr.dtype != kDType || pr.varlen()) return cudaErrorInvalidValue;
   // Row and tile indices are 32-bit in the kernel (offsets are 64-bit); the + kBlockM headroom
   // keeps the causal limit arithmetic (row + seqlen_k - seqlen_q) from overflowing.
   constexpr int64_t kMaxSeqlen = INT_MAX / 2;
@@ -66,6 +66,8 @@ cudaError_t run_fwd_mma(const AttnProblem& pr, cudaStream_t stream) {
 
 template <DType kDType, int kHeadDim>
 cudaError_t run_fwd(const AttnProblem& pr, cudaStream_t stream) {
+  // Packed (varlen) batches exist only in the warp-specialised kernel: no fallback.
+  if (pr.varlen()) return ws::run_fwd_ws<kDType, kHeadDim>(pr, stream);
   if (forward_kernel_family() == FwdKernelFamily::kWarpSpecialized) {
     const cudaError_t e = ws::run_fwd_ws<kDType, kHeadDim>(pr, stream);
     if (e != cudaErrorNotSupported) return e;

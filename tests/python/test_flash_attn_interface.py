@@ -1,7 +1,8 @@
 # hopattn.flash_attn_interface, the drop-in for FlashAttention-3's flash_attn_interface module.
 #  - Everywhere (no torch, no library): the signatures equal FA3's (names, order, defaults); every
 #    unsupported argument raises NotImplementedError naming it, before any tensor is looked at; the
-#    serving entry points raise; importing it imports no torch.
+#    KV-cache entry points raise; importing it imports no torch. (flash_attn_varlen_func's results
+#    are tested with hopattn.varlen_attention in test_varlen.py.)
 #  - With the library (numpy, CPU reference): the supported functions return what hopattn.attention
 #    returns, in FA3's return conventions.
 #  - With torch on the CPU: unsupported arguments are reported before the CUDA-device check.
@@ -123,11 +124,6 @@ def test_tensor_arguments_are_named_by_shape_not_contents():
     value = np.zeros((2, 3, 4, 5), dtype=np.float32)
     with pytest.raises(NotImplementedError, match=r"qv=<ndarray of shape \(2, 3, 4, 5\)>"):
         fai.flash_attn_func(SENTINEL, SENTINEL, SENTINEL, qv=value)
-
-
-def test_varlen_is_not_implemented_yet():
-    with pytest.raises(NotImplementedError, match=r"flash_attn_varlen_func: .*cu_seqlens_q, cu_seqlens_k"):
-        fai.flash_attn_varlen_func(SENTINEL, SENTINEL, SENTINEL, SENTINEL, SENTINEL, 8, 8)
 
 
 def test_kvcache_is_not_implemented_yet():

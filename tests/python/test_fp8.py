@@ -53,6 +53,11 @@ EXPECTED_LAYOUTS = {
     # 3 tensors (240) + rotate, block_quant, seed (252) -> padded to 256
     "HopattnFp8QuantizeArgs": (256, {"in_": 0, "out": 80, "descale": 160, "rotate": 240, "block_quant": 244,
                                      "seed": 248}),
+    # Not FP8, checked here with the others (ABI 4): 9 tensors (720) + two int64 max_seqlen (736) +
+    # causal, has_softmax_scale, softmax_scale, check_index_values (752)
+    "HopattnVarlenFwdArgs": (752, {"q": 0, "lse": 320, "cu_seqlens_q": 400, "cu_seqlens_k": 480, "seqused_q": 560,
+                                   "seqused_k": 640, "max_seqlen_q": 720, "max_seqlen_k": 728, "causal": 736,
+                                   "has_softmax_scale": 740, "softmax_scale": 744, "check_index_values": 748}),
 }
 
 # ctypes class -> C struct name
@@ -63,6 +68,7 @@ C_NAMES = {
     "HopattnFp8AttentionArgs": "hopattn_fp8_attention_args",
     "HopattnFp8FwdArgs": "hopattn_fp8_fwd_args",
     "HopattnFp8QuantizeArgs": "hopattn_fp8_quantize_args",
+    "HopattnVarlenFwdArgs": "hopattn_varlen_fwd_args",
 }
 
 
@@ -145,7 +151,7 @@ def test_struct_layout_matches_the_c_compiler(tmp_path):
 
 def test_abi_version_and_codes_match_the_header():
     text = HEADER.read_text()
-    assert int(re.search(r"#define HOPATTN_ABI_VERSION (\d+)", text).group(1)) == _lib.ABI_VERSION == 3
+    assert int(re.search(r"#define HOPATTN_ABI_VERSION (\d+)", text).group(1)) == _lib.ABI_VERSION == 4
     enum = re.search(r"enum hopattn_dtype \{(.*?)\}", text, re.DOTALL).group(1)
     codes = {name: int(value) for name, value in re.findall(r"HOPATTN_(\w+) = (\d+)", enum)}
     assert codes == {"BF16": _lib.DTYPE_BF16, "FP16": _lib.DTYPE_FP16, "FP32": _lib.DTYPE_FP32,

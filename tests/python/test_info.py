@@ -1,6 +1,6 @@
 # `python -m hopattn.info` (python/hopattn/info.py): exits 0 and reports what it can with or without
 # the library, torch and a GPU; its facts agree with build_info(), CMakeLists.txt's GPU target and
-# the feature set (serving features: not yet).
+# the feature set (varlen: forward only; KV cache: not yet).
 import importlib.util
 import json
 import os
@@ -37,7 +37,9 @@ def test_runs_without_the_library(tmp_path):
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith(f"hopattn {hopattn.__version__}\n")
     assert "library: not loaded: HOPATTN_LIBRARY=" in result.stdout
-    assert re.search(r"varlen \(flash_attn_varlen_func\)\s+not yet", result.stdout)
+    assert re.search(r"varlen \(varlen_attention, flash_attn_varlen_func\)\s+unknown \(library not loaded\)",
+                     result.stdout)
+    assert re.search(r"kv cache \(flash_attn_with_kvcache\)\s+not yet", result.stdout)
 
 
 def test_json_without_the_library_reports_torch_as_found(tmp_path):
@@ -57,6 +59,7 @@ def test_text_with_the_library(lib):
     assert f"  version: {build['version']} (C ABI {build['abi_version']})" in result.stdout
     assert f"  instantiations: {', '.join(build['instantiations'])}" in result.stdout
     assert "\nGPU: " in result.stdout and "\nfeatures:\n" in result.stdout
+    assert re.search(r"varlen \(varlen_attention, flash_attn_varlen_func\)\s+forward only", result.stdout)
 
 
 def test_facts_agree_with_build_info(lib):

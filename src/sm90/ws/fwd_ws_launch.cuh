@@ -47,9 +47,9 @@ cudaError_t launch_ws_config(const Problem& prob, const AttnProblem& pr, cudaStr
 }
 
 // Launches one configuration; kFlags picks the stage (kStageA/B/C in tile_shape.hpp).
-template <DType kDType, int kHeadDim, bool kCausal, unsigned kFlags, int kBlockNOverride = 0>
+template <DType kDType, int kHeadDim, bool kCausal, unsigned kFlags, int kBlockNOverride = 0, bool kVarlen = false>
 cudaError_t launch_fwd_ws(const AttnProblem& pr, cudaStream_t stream) {
-  return launch_ws_config<FwdWsConfig<kDType, kHeadDim, kCausal, kFlags, kBlockNOverride>>(pr, pr, stream);
+  return launch_ws_config<FwdWsConfig<kDType, kHeadDim, kCausal, kFlags, kBlockNOverride, kVarlen>>(pr, pr, stream);
 }
 
 // Sequence, head and tile indices are 32-bit in the kernel (TMA coordinates are 32-bit too); the
@@ -73,6 +73,10 @@ cudaError_t run_fwd_ws(const AttnProblem& pr, cudaStream_t stream) {
   } else {
     if (pr.dtype != kDType || pr.head_dim != kHeadDim) return cudaErrorInvalidValue;
     if (!ws_indices_fit(pr)) return cudaErrorNotSupported;
+    if (pr.varlen()) {  // one kernel per mask: lengths vary, so the default key tile for all
+      return pr.causal ? launch_fwd_ws<kDType, kHeadDim, true, kFlags, kBlockNOverride, true>(pr, stream)
+                       : launch_fwd_ws<kDType, kHeadDim, false, kFlags, kBlockNOverride, true>(pr, stream);
+    }
     if (pr.causal) return launch_fwd_ws<kDType, kHeadDim, true, kFlags, kBlockNOverride>(pr, stream);
     if constexpr (kHeadDim == 128 && kBlockNOverride == 0) {
       switch (heuristics::d128_noncausal_key_tile(pr.seqlen_k)) {

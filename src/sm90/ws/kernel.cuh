@@ -72,7 +72,6 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
   if (warp_group == 0) {
     cutlass::arch::warpgroup_reg_dealloc<Cfg::kProducerRegs>();
     if (cutlass::canonical_warp_idx_sync() % 4 != 0) return;
-    const typename Mainloop::Mask mask{mp.seqlen_q, mp.seqlen_k};
     const typename K::Scheduler sched{params.order};
     // elect.sync picks lane 0 (the warp is converged at every call), the thread named is_leader
     // above; electing rather than testing the lane id keeps TMA operands in uniform registers,
@@ -92,8 +91,10 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
     int k = 0;
     for (int idx = sched.first(); sched.valid(idx); ++k) {
       const WorkTile t = sched.tile(idx);
-      const int n_end = mask.n_block_end(t.m_block);
-      const typename Mainloop::Loader loader{mp, ss, t.head, t.batch};
+      const typename Mainloop::SeqInfo si = Mainloop::seq_info(mp, t.batch);
+      const typename Mainloop::Mask mask{si.seqlen_q, si.seqlen_k};
+      const int n_end = Mainloop::keyed_blocks(mask, si, t.m_block);
+      const typename Mainloop::Loader loader{mp, ss, t.head, si};
       if (n_end > 0) {
         // The first K block does not depend on the Q buffer: issue it before waiting for the
         // previous tile's consumers to release that buffer.
@@ -136,7 +137,6 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
     __syncwarp();
   } else {
     cutlass::arch::warpgroup_reg_alloc<Cfg::kConsumerRegs>();
-    const typename Mainloop::Mask mask{mp.seqlen_q, mp.seqlen_k};
     const typename K::Scheduler sched{params.order};
     const int thread_idx = threadIdx.x - 128;
     const int wg = thread_idx / 128;
@@ -150,15 +150,18 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
     int k = 0;
     for (int idx = sched.first(); sched.valid(idx); idx = sched.next(k), ++k) {
       const WorkTile t = sched.tile(idx);
-      const int n_end = mask.n_block_end(t.m_block);
+      const typename Mainloop::SeqInfo si = Mainloop::seq_info(mp, t.batch);
+      if (Cfg::kVarlen && t.m_block * Cfg::kBlockM >= si.rows_q) continue;  // no rows: see keyed_blocks
+      const typename Mainloop::Mask mask{si.seqlen_q, si.seqlen_k};
+      const int n_end = Mainloop::keyed_blocks(mask, si, t.m_block);
       if (n_end == 0) {
         // No visible key: O = 0 and lse = -inf, written without shared memory (see the producer).
-        K::Epilogue::store_empty(params.epilogue, thread_idx, t.m_block, t.head, t.batch);
+        K::Epilogue::store_empty(params.epilogue, thread_idx, t.m_block, t.head, si);
         continue;
       }
       Tensor tOrO = partition_fragment_C(mma_pv, Shape<Int<Cfg::kBlockM>, Int<Cfg::kHeadDim>>{});
       typename Mainloop::Softmax softmax = Mainloop::make_softmax(mp, t.m_block, t.head, t.batch, wg);
-      Mainloop::mma_tile(mp, ss, pipe_k, pipe_v, st, q_phase, thread_idx, t.m_block, n_end, tOrO, softmax);
+      Mainloop::mma_tile(mp, ss, pipe_k, pipe_v, st, q_phase, thread_idx, mask, t.m_block, n_end, tOrO, softmax);
       q_phase ^= 1u;
       // Q is released once per tile with keys. With a separate O buffer as soon as no GEMM reads Q
       // any more: after the last S GEMM inside mma_tile (kEarlyQ), else here, before the epilogue.
@@ -168,7 +171,7 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
       auto o_rc = acc_rowcol(tOrO);
       softmax.finalize(o_rc, mp.scale, lse);
       Mainloop::finish_o(mp, ss, o_rc, thread_idx);
-      K::Epilogue::store(params.epilogue, ss, thread_idx, t.m_block, t.head, t.batch, tOrO, lse);
+      K::Epilogue::store(params.epilogue, ss, thread_idx, t.m_block, t.head, si, tOrO, lse);
       if constexpr (!Cfg::kSeparateO) {
         // The Q/O buffer is free (the O store has read it): the producer may load the next Q.
         cutlass::arch::NamedBarrier::arrive(Cfg::kNumMmaThreads + 32, barrier_id(FwdBarrier::kQueryEmpty));

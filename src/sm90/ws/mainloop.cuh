@@ -182,10 +182,38 @@ struct FwdMainloop {
     TmaQ tma_q;
     TmaK tma_k;
     TmaV tma_v;
+    // Fixed-length batches: the lengths. Varlen: the max_seqlen bounds (tile counts only).
     int seqlen_q, seqlen_k, heads_q, heads_kv, batch, group;
     float scale, scale_log2;
     std::conditional_t<kFp8, Descales, NoDescales> descale;
+    // Extents of the TMA views along rows and batch: (seqlen, batch), or (total tokens, 1) when
+    // packed. Varlen: the index arrays (device memory; cu_q null for fixed-length batches).
+    int rows_q, rows_k, batch_extent;
+    const int32_t* cu_q;
+    const int32_t* cu_k;
+    const int32_t* used_q;
+    const int32_t* used_k;
   };
+
+  // Where one batch entry's rows live in the tensors and how many of them take part.
+  struct SeqInfo {
+    int offset_q, offset_k;  // first row in the packed tensors (0 for fixed-length batches)
+    int rows_q;              // query rows to write: the sequence's length
+    int seqlen_q, seqlen_k;  // query rows and keys that take part: seqused, else the lengths
+    int batch;               // batch coordinate of the TMA views (0 when packed)
+  };
+  __device__ static SeqInfo seq_info(const Params& p, int b) {
+    if constexpr (!Cfg::kVarlen) return {0, 0, p.seqlen_q, p.seqlen_q, p.seqlen_k, b};
+    // Clamped to the tensors' rows: wrong index values (unchecked on the GPU unless the caller
+    // asks) give wrong rows, never an access outside q/k/v/out.
+    const int oq = min(max(__ldg(p.cu_q + b), 0), p.rows_q);
+    const int ok = min(max(__ldg(p.cu_k + b), 0), p.rows_k);
+    const int lq = min(max(__ldg(p.cu_q + b + 1) - oq, 0), p.rows_q - oq);
+    const int lk = min(max(__ldg(p.cu_k + b + 1) - ok, 0), p.rows_k - ok);
+    const int uq = p.used_q == nullptr ? lq : min(max(__ldg(p.used_q + b), 0), lq);
+    const int uk = p.used_k == nullptr ? lk : min(max(__ldg(p.used_k + b), 0), lk);
+    return {oq, ok, lq, uq, uk, 0};
+  }
 
   template <class Problem>  // AttnProblem, or Fp8AttnProblem for the FP8 kernel
   static Params make_params(const Problem& prob) {
@@ -193,9 +221,20 @@ struct FwdMainloop {
     const AttnProblem& pr = attn_problem(prob);
     const int sq = int(pr.seqlen_q), sk = int(pr.seqlen_k), hq = int(pr.heads_q), hk = int(pr.heads_kv);
     const int b = int(pr.batch);
-    auto mQ = make_tensor(make_gmem_ptr(static_cast<const Element*>(pr.q)), make_shape(sq, kHeadDim, hq, b),
+    // Packed (varlen) tensors are one batch entry of total-token rows; tiles start at the
+    // sequence's first row (SeqInfo) and may read into the next sequence, which the mask hides.
+    const bool packed = pr.varlen();
+    const int rows_q = packed ? int(pr.total_q) : sq, rows_k = packed ? int(pr.total_k) : sk;
+    const int bext = packed ? 1 : b;
+    // A TMA view needs at least one row; with no key rows at all no K/V tile is ever loaded, so
+    // the descriptor may point at q's (mapped, aligned) memory.
+    const bool no_keys = rows_k == 0;
+    const void* k_data = no_keys ? pr.q : pr.k;
+    const void* v_data = no_keys ? pr.q : pr.v;
+    const int tma_rows_k = no_keys ? 1 : rows_k;
+    auto mQ = make_tensor(make_gmem_ptr(static_cast<const Element*>(pr.q)), make_shape(rows_q, kHeadDim, hq, bext),
                           make_stride(pr.q_stride[1], _1{}, pr.q_stride[2], pr.q_stride[0]));
-    auto mK = make_tensor(make_gmem_ptr(static_cast<const Element*>(pr.k)), make_shape(sk, kHeadDim, hk, b),
+    auto mK = make_tensor(make_gmem_ptr(static_cast<const Element*>(k_data)), make_shape(tma_rows_k, kHeadDim, hk, bext),
                           make_stride(pr.k_stride[1], _1{}, pr.k_stride[2], pr.k_stride[0]));
     auto mVt = [&] {
       if constexpr (kFp8) {
@@ -205,14 +244,15 @@ struct FwdMainloop {
         return make_tensor(make_gmem_ptr(static_cast<const Element*>(prob.vt)), make_shape(kHeadDim, int(sp), hk, b),
                            make_stride(sp, _1{}, kHeadDim * sp, hk * kHeadDim * sp));
       } else {
-        return make_tensor(make_gmem_ptr(static_cast<const Element*>(pr.v)), make_shape(kHeadDim, sk, hk, b),
+        return make_tensor(make_gmem_ptr(static_cast<const Element*>(v_data)), make_shape(kHeadDim, tma_rows_k, hk, bext),
                            make_stride(_1{}, pr.v_stride[1], pr.v_stride[2], pr.v_stride[0]));
       }
     }();
     Params p{make_tma_copy(SM90_TMA_LOAD{}, mQ, SmemLayoutQ{}, Shape<BM, HD>{}, _1{}),
              make_tma_copy(SM90_TMA_LOAD{}, mK, take<0, 2>(SmemLayoutK{}), Shape<BN, HD>{}, _1{}),
              make_tma_copy(SM90_TMA_LOAD{}, mVt, take<0, 2>(SmemLayoutVt{}), Shape<HD, BN>{}, _1{}),
-             sq, sk, hq, hk, b, int(pr.group()), pr.scale, pr.scale * 1.4426950408889634f, {}};
+             sq, sk, hq, hk, b, int(pr.group()), pr.scale, pr.scale * 1.4426950408889634f, {},
+             rows_q, rows_k, bext, pr.cu_seqlens_q, pr.cu_seqlens_k, pr.seqused_q, pr.seqused_k};
     if constexpr (kFp8) {
       p.descale = {prob.q_descale, prob.k_descale, prob.v_descale,
                    {prob.q_descale_stride[0], prob.q_descale_stride[1], prob.q_descale_stride[2]},
@@ -233,25 +273,39 @@ struct FwdMainloop {
   struct Loader {
     const Params& p;
     SharedStorage& ss;
-    int head, batch;
+    int head;
+    SeqInfo si;
+
+    // A (rows, cols) view starting at the sequence's first row (packed tensors only; kRowMode is
+    // the mode that runs along tokens).
+    template <int kRowMode, class View>
+    __device__ static auto from_row(const View& v, int offset) {
+      using namespace cute;
+      if constexpr (!Cfg::kVarlen) return v;
+      else if constexpr (kRowMode == 0) return domain_offset(make_coord(offset, _0{}), v);
+      else return domain_offset(make_coord(_0{}, offset), v);
+    }
 
     __device__ auto k_src() const {
       using namespace cute;
-      Tensor mK = p.tma_k.get_tma_tensor(make_shape(p.seqlen_k, int(kHeadDim), p.heads_kv, p.batch));
-      Tensor gK = local_tile(mK(_, _, head / p.group, batch), Shape<BN, HD>{}, make_coord(_, _0{}));
+      Tensor mK = p.tma_k.get_tma_tensor(make_shape(p.rows_k, int(kHeadDim), p.heads_kv, p.batch_extent));
+      Tensor mKs = from_row<0>(mK(_, _, head / p.group, si.batch), si.offset_k);
+      Tensor gK = local_tile(mKs, Shape<BN, HD>{}, make_coord(_, _0{}));
       return p.tma_k.get_slice(_0{}).partition_S(gK);  // (TMA, 1, 1, n_block)
     }
     __device__ auto v_src() const {
       using namespace cute;
-      Tensor mV = p.tma_v.get_tma_tensor(make_shape(int(kHeadDim), p.seqlen_k, p.heads_kv, p.batch));
-      Tensor gV = local_tile(mV(_, _, head / p.group, batch), Shape<HD, BN>{}, make_coord(_0{}, _));
+      Tensor mV = p.tma_v.get_tma_tensor(make_shape(int(kHeadDim), p.rows_k, p.heads_kv, p.batch_extent));
+      Tensor mVs = from_row<1>(mV(_, _, head / p.group, si.batch), si.offset_k);
+      Tensor gV = local_tile(mVs, Shape<HD, BN>{}, make_coord(_0{}, _));
       return p.tma_v.get_slice(_0{}).partition_S(gV);  // (TMA, 1, 1, n_block)
     }
 
     __device__ void load_q(int m_block) const {
       using namespace cute;
-      Tensor mQ = p.tma_q.get_tma_tensor(make_shape(p.seqlen_q, int(kHeadDim), p.heads_q, p.batch));
-      Tensor gQ = local_tile(mQ(_, _, head, batch), Shape<BM, HD>{}, make_coord(m_block, _0{}));
+      Tensor mQ = p.tma_q.get_tma_tensor(make_shape(p.rows_q, int(kHeadDim), p.heads_q, p.batch_extent));
+      Tensor mQs = from_row<0>(mQ(_, _, head, si.batch), si.offset_q);
+      Tensor gQ = local_tile(mQs, Shape<BM, HD>{}, make_coord(m_block, _0{}));
       Tensor sQ = make_tensor(make_smem_ptr(ss.q.data()), SmemLayoutQ{});
       auto cta = p.tma_q.get_slice(_0{});
       cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&ss.barrier_q, kQBytes);
@@ -280,6 +334,16 @@ struct FwdMainloop {
   using Mask = FwdMask<kBlockM, kBlockN, Cfg::kCausalMask>;
   static constexpr int kRowsPerThread = 2;  // rows of a 64-row WGMMA accumulator held per thread
   using Softmax = std::conditional_t<kFp8, BlockScaledSoftmax<kRowsPerThread>, OnlineSoftmax<kRowsPerThread>>;
+
+  // Key blocks a tile loads and multiplies (both roles compute it the same way). Varlen: the grid
+  // covers max_seqlen_q, so tiles past a sequence's rows exist and load nothing (the consumers
+  // skip them), and tiles past seqused_q see no key (the consumers write their zeros).
+  __device__ static int keyed_blocks(const Mask& mask, const SeqInfo& si, int m_block) {
+    if constexpr (Cfg::kVarlen) {
+      if (m_block * kBlockM >= si.seqlen_q) return 0;
+    }
+    return mask.n_block_end(m_block);
+  }
 
   // Shared state set up once per CTA by its first threads, before the barrier that ends the
   // set-up: FP8 with a rotated V stores the rotation's sign bits.
@@ -340,8 +404,8 @@ struct FwdMainloop {
   // epilogue.
   template <class FragO>
   __device__ static void mma_tile(const Params& p, SharedStorage& ss, Pipeline& pipe_k, Pipeline& pipe_v,
-                                  PipelineState& st, uint32_t q_phase, int thread_idx, int m_block, int n_end,
-                                  FragO& tOrO, Softmax& softmax) {
+                                  PipelineState& st, uint32_t q_phase, int thread_idx, const Mask& mask,
+                                  int m_block, int n_end, FragO& tOrO, Softmax& softmax) {
     using namespace cute;
     TiledMmaQK mma_qk;
     TiledMmaPV mma_pv;
@@ -362,7 +426,6 @@ struct FwdMainloop {
       if constexpr (kFp8) return make_fp8_p_fragment<kBlockN>();
       else return cute::make_tensor<Element>(acc_to_a_operand_layout(tSrS.layout()));
     }();
-    const Mask mask{p.seqlen_q, p.seqlen_k};
     const GemmTurn turn{thread_idx / 128};
 
     auto to_p = [&]() {  // P = 16-bit or e4m3 (S) as the A operand

@@ -1,0 +1,228 @@
+# Variable-length (packed) batches, FlashAttention-3's varlen API: hopattn.varlen_attention over the
+# C ABI's hopattn_forward_varlen (torch CUDA tensors: the sm90 kernel, on the current stream) and
+# hopattn_forward_varlen_cpu (numpy arrays: the CPU reference). Forward only: the varlen backward is
+# issue 6's next step, so a call that would need a gradient raises instead of returning a result
+# autograd cannot differentiate. As in ops.py, torch is never imported here.
+#
+# Python checks only what it needs to build the C struct (array types, the dtypes and devices it
+# passes on, int32 contiguous index tensors); the library checks every argument and value and its
+# message becomes the exception's, as for hopattn.attention. Under torch.compile and other tracing
+# (fake tensors, subclasses, dispatch/function modes, functorch, jit.trace) the call goes through
+# the custom op torch.ops.hopattn.fwd_varlen (torch_ops.py), whose CUDA kernel is _launch below.
+import ctypes
+import functools
+import operator
+
+from . import _lib
+from .ops import (
+    _check_numpy_inputs,
+    _check_scale,
+    _check_torch_inputs,
+    _direct,
+    _is_numpy_array,
+    _numpy_tensor,
+    _only_device_modes,
+    _torch_module_of,
+    _torch_ops_module,
+    _torch_tensor,
+)
+
+VARLEN_LAYOUT = "(total_tokens, heads, head_dim)"
+NO_BACKWARD = "hopattn varlen backward is not implemented yet (issue 6)"
+_INT64_LIMIT = 1 << 63
+
+
+def _check_max_seqlen(name, x):
+    """An int (or anything with __index__, not bool) that fits the C struct's int64; the library
+    checks its value (non-negative, not below a real sequence length)."""
+    if isinstance(x, bool) or not hasattr(x, "__index__"):
+        raise TypeError(f"{name} must be an int, got {type(x).__name__}")
+    x = operator.index(x)
+    if not -_INT64_LIMIT <= x < _INT64_LIMIT:
+        raise _lib.InvalidArgumentError(f"{name}={x} does not fit in int64")
+    return x
+
+
+def _check_index(name, t, is_int32, is_contiguous):
+    """cu_seqlens / seqused are read as packed int32 vectors."""
+    if not is_int32:
+        raise _lib.InvalidArgumentError(f"{name}: dtype must be int32, got {t.dtype}")
+    if not is_contiguous:
+        raise _lib.InvalidArgumentError(f"{name} must be contiguous (a packed int32 vector)")
+
+
+def _index_arrays(cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k):
+    return {"cu_seqlens_q": cu_seqlens_q, "cu_seqlens_k": cu_seqlens_k, "seqused_q": seqused_q, "seqused_k": seqused_k}
+
+
+def _args(tensor, q, k, v, out, lse, index, max_seqlen_q, max_seqlen_k, causal, softmax_scale, check_index_values):
+    """HopattnVarlenFwdArgs; tensor(name, x, code=None) makes one HopattnTensor (ops._numpy_tensor,
+    or ops._torch_tensor bound to torch). Absent seqused (None) and lse (None) are left out."""
+    idx = {name: None if t is None else tensor(name, t, _lib.DTYPE_INT32) for name, t in index.items()}
+    return _lib.make_varlen_fwd_args(
+        tensor("q", q), tensor("k", k), tensor("v", v), tensor("out", out),
+        None if lse is None else tensor("lse", lse),
+        idx["cu_seqlens_q"], idx["cu_seqlens_k"], idx["seqused_q"], idx["seqused_k"],
+        max_seqlen_q, max_seqlen_k, causal, softmax_scale, check_index_values,
+    )
+
+
+# --- numpy: the CPU reference ---------------------------------------------------------------------
+
+
+def _run_numpy(q, k, v, index, max_seqlen_q, max_seqlen_k, causal, softmax_scale, return_lse):
+    import numpy as np
+
+    _check_numpy_inputs((("q", q), ("k", k), ("v", v)), 3, VARLEN_LAYOUT)
+    for name, a in index.items():
+        if a is None:
+            continue
+        if not isinstance(a, np.ndarray):
+            raise TypeError(f"{name}: expected a numpy.ndarray (int32) like q, got {type(a).__name__}")
+        _check_index(name, a, a.dtype == np.int32, a.flags.c_contiguous)
+    total_q, heads_q, _ = q.shape
+    out = np.empty(q.shape, dtype=q.dtype)
+    lse = np.empty((heads_q, total_q), dtype=np.float32) if return_lse else None
+    # The CPU reference reads (and checks) the index values itself: check_index_values is moot here.
+    args = _args(_numpy_tensor, q, k, v, out, lse, index, max_seqlen_q, max_seqlen_k, causal, softmax_scale, False)
+    _lib.check(_lib.load().hopattn_forward_varlen_cpu(ctypes.byref(args)), "hopattn varlen CPU reference")
+    return (out, lse) if return_lse else out
+
+
+# --- torch ----------------------------------------------------------------------------------------
+
+
+def _check_torch(torch, q, k, v, index, require_cuda=True):
+    """q, k, v: dense CUDA tensors of 3 dims on one device; the index tensors int32, contiguous, on
+    q's device (the kernel reads them there). require_cuda=False (the custom op's CPU kernel and
+    fake implementation) accepts any one device."""
+    if require_cuda:
+        _check_torch_inputs(torch, q, k, v, 3, VARLEN_LAYOUT)
+    else:
+        for name, t in (("q", q), ("k", k), ("v", v)):
+            if t.dim() != 3:
+                raise _lib.InvalidArgumentError(f"{name}: expected 3 dims {VARLEN_LAYOUT}, got shape {tuple(t.shape)}")
+            if t.device != q.device:
+                raise _lib.InvalidArgumentError(f"{name}: on device '{t.device}' but q is on '{q.device}'")
+    for name, t in index.items():
+        if t is None:
+            continue
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name}: expected a torch.Tensor (int32) like q, got {type(t).__name__}")
+        if t.device != q.device:
+            raise _lib.InvalidArgumentError(f"{name}: on device '{t.device}' but q is on '{q.device}'")
+        _check_index(name, t, t.dtype == torch.int32, t.is_contiguous())
+
+
+def _plain_eager(st, tensors):
+    """The direct route's condition, as hopattn.attention tests it (see ops.py): plain tensors,
+    nothing tracing, transforming or intercepting torch calls (a torch.device(...) mode aside,
+    which only fills in devices that _launch names anyway)."""
+    T = st.Tensor
+    return (
+        all(t is None or type(t) is T for t in tensors)
+        and not st.dispatch_modes()
+        and not st.functorch()
+        and st.jit_tracing() is None
+        and (not st.function_modes() or _only_device_modes(st))
+    )
+
+
+def _launch(torch, q, k, v, index, max_seqlen_q, max_seqlen_k, causal, softmax_scale, check_index_values, with_lse):
+    """out (total_q, heads_q, head_dim), contiguous in q's dtype, and with with_lse lse (heads_q,
+    total_q) float32, from hopattn_forward_varlen on q's device and its current stream (nothing
+    synchronises unless check_index_values), or from the CPU reference for CPU tensors (the custom
+    op's CPU kernel). Inputs already checked by _check_torch."""
+    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    lse = q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32) if with_lse else None
+    args = _args(functools.partial(_torch_tensor, torch), q, k, v, out, lse, index, max_seqlen_q, max_seqlen_k, causal,
+                 softmax_scale, check_index_values)
+    if q.device.type == "cpu":
+        _lib.check(_lib.load().hopattn_forward_varlen_cpu(ctypes.byref(args)), "hopattn varlen CPU reference")
+    else:
+        st = _direct(torch)
+        lib = st.lib or st.load()
+        dev = q.get_device()
+        prev = st.exchange_device(dev)  # a no-op when q is on the current device
+        try:
+            status = lib.hopattn_forward_varlen(ctypes.byref(args), st.raw_stream(dev))
+        finally:
+            st.restore_device(prev)
+        _lib.check(status, "hopattn varlen forward")
+    return (out, lse) if with_lse else out
+
+
+def _op_forward(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q, seqused_k, causal,
+                softmax_scale, check_index_values, require_cuda=True):
+    """(out, lse) for the kernels of torch.ops.hopattn.fwd_varlen (torch_ops.py): checks, then _launch."""
+    index = _index_arrays(cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k)
+    _check_torch(torch, q, k, v, index, require_cuda)
+    return _launch(torch, q, k, v, index, max_seqlen_q, max_seqlen_k, causal, softmax_scale, check_index_values, True)
+
+
+def _run_torch(torch, q, k, v, index, max_seqlen_q, max_seqlen_k, causal, softmax_scale, return_lse,
+               check_index_values):
+    _check_torch(torch, q, k, v, index)
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        raise NotImplementedError(NO_BACKWARD)
+    scale = None if softmax_scale is None else float(softmax_scale)
+    # is_compiling() first, as in hopattn.attention: dynamo reads it as True and never looks further.
+    if not torch.compiler.is_compiling() and _plain_eager(_direct(torch), (q, k, v, *index.values())):
+        return _launch(torch, q, k, v, index, max_seqlen_q, max_seqlen_k, causal, scale, check_index_values,
+                       return_lse)
+    out, lse = _torch_ops_module().fwd_varlen(
+        q, k, v, index["cu_seqlens_q"], index["cu_seqlens_k"], max_seqlen_q, max_seqlen_k, index["seqused_q"],
+        index["seqused_k"], causal, scale, check_index_values,
+    )
+    return (out, lse) if return_lse else out
+
+
+# --- public API -----------------------------------------------------------------------------------
+
+
+def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=False,
+                     softmax_scale=None, seqused_q=None, seqused_k=None, return_lse=False, check_index_values=False):
+    """Exact softmax attention over a batch of sequences of different lengths, packed along the
+    token dim (FlashAttention-3's varlen layout). Forward only.
+
+    q: (total_q, heads_q, head_dim); k, v: (total_k, heads_kv, head_dim), heads_q a multiple of
+    heads_kv (GQA/MQA); any strides with a contiguous last dim. Sequence b is rows
+    cu_seqlens_q[b] .. cu_seqlens_q[b+1] of q and cu_seqlens_k[b] .. cu_seqlens_k[b+1] of k and v.
+    cu_seqlens_q, cu_seqlens_k: int32, contiguous, batch + 1 entries, prefix sums starting at 0.
+    max_seqlen_q, max_seqlen_k: ints at least the longest sequence of each side (the GPU kernel
+    sizes its grid from max_seqlen_q). seqused_q, seqused_k: optional int32 (batch,): only the
+    first seqused[b] tokens of sequence b take part; the other query rows get out 0, lse -inf.
+    Zero-length sequences are fine.
+
+    causal: bottom-right aligned per sequence (query i of sequence b sees key j iff
+    j <= i + len_k(b) - len_q(b)); a row that sees no key gets out 0 and lse -inf.
+    softmax_scale defaults to 1/sqrt(head_dim).
+
+    * torch CUDA tensors (bfloat16/float16, the index tensors int32 on the same device): the sm90
+      kernel on the current stream, one launch for the batch; nothing synchronises the host unless
+      check_index_values=True, which copies the index tensors to the host (a sync) and checks their
+      values (start at 0, non-decreasing, within the token counts and max_seqlen, seqused in range)
+      as the CPU reference always does; HOPATTN_DEBUG_CHECKS=1 turns it on for every call. Without
+      it, wrong index values give wrong rows, not out-of-bounds writes. V's rows must be finite
+      everywhere (the kernel reads one key tile past a sequence and masks its scores, as FA3 does).
+    * numpy arrays (float32/float16/ml_dtypes bfloat16; int32 index arrays): the CPU reference.
+
+    Returns out (total_q, heads_q, head_dim), contiguous, q's dtype; with return_lse=True
+    (out, lse) with lse (heads_q, total_q) float32, the natural-log log-sum-exp of the scaled
+    scores. Rows of q past cu_seqlens_q[batch] are not written (their contents are unspecified).
+
+    Not differentiable yet: NotImplementedError when grad mode is on and q, k or v requires grad
+    (use torch.no_grad() or detach() for inference). Under torch.compile and other tracing the call
+    is the custom op torch.ops.hopattn.fwd_varlen (no graph break); it has no autograd either.
+    """
+    _check_scale(softmax_scale)
+    max_seqlen_q = _check_max_seqlen("max_seqlen_q", max_seqlen_q)
+    max_seqlen_k = _check_max_seqlen("max_seqlen_k", max_seqlen_k)
+    index = _index_arrays(cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k)
+    torch = _torch_module_of(q)
+    if torch is not None:
+        return _run_torch(torch, q, k, v, index, max_seqlen_q, max_seqlen_k, bool(causal), softmax_scale,
+                          bool(return_lse), bool(check_index_values))
+    if _is_numpy_array(q):
+        return _run_numpy(q, k, v, index, max_seqlen_q, max_seqlen_k, bool(causal), softmax_scale, bool(return_lse))
+    raise TypeError(f"q: expected a torch.Tensor (CUDA) or numpy.ndarray, got {type(q).__name__}")
