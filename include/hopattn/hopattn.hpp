@@ -148,6 +148,25 @@ struct VarlenForwardArgs {
 // (0 * inf is NaN in the P V product), as with FlashAttention-3.
 Result forward_varlen(const VarlenForwardArgs& args, cudaStream_t stream = nullptr);
 
+// Gradients of a forward_varlen call: the same index tensors and options, plus dout like out and
+// dq/dk/dv like q/k/v (packed; written for every row of every sequence, rows past seqused get 0,
+// rows past cu_seqlens[batch] are not written, except that a call with no query row or no key row
+// at all zero-fills the whole dk/dv or dq). lse (heads_q, total_q) from forward_varlen is required.
+struct VarlenBackwardArgs {
+  TensorRef q, k, v, out, dout, lse;
+  TensorRef dq, dk, dv;
+  TensorRef cu_seqlens_q, cu_seqlens_k;
+  int64_t max_seqlen_q = 0, max_seqlen_k = 0;
+  TensorRef seqused_q, seqused_k;
+  bool causal = false;
+  std::optional<float> softmax_scale;
+  bool deterministic = false;       // as BackwardArgs
+  bool check_index_values = false;  // as VarlenForwardArgs
+};
+std::size_t backward_varlen_workspace_size(const VarlenBackwardArgs& args);
+Result backward_varlen(const VarlenBackwardArgs& args, void* workspace, std::size_t workspace_bytes,
+                       cudaStream_t stream = nullptr);
+
 // The CPU reference of the varlen forward pass: host memory (the index tensors too), double
 // accumulation, any dtype forward_cpu takes. It reads cu_seqlens/seqused and checks their values
 // (starts at 0, non-decreasing, within the token counts and max_seqlen, seqused in range); the GPU

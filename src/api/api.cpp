@@ -103,7 +103,14 @@ Result forward_cpu(const ForwardArgs& args) {
 namespace {
 
 Result zero_fill_device(const char* name, const TensorRef& t, cudaStream_t stream) {
-  const cudaError_t e = reference::zero_fill(t.data, t.dtype, t.sizes, t.strides, stream);
+  // zero_fill takes 4 dims: a tensor of fewer (varlen's packed 3) gets leading dims of size 1.
+  int64_t sizes[4] = {1, 1, 1, 1}, strides[4] = {0, 0, 0, 0};
+  const int lead = 4 - t.ndim;
+  for (int i = 0; i < t.ndim; ++i) {
+    sizes[lead + i] = t.sizes[i];
+    strides[lead + i] = t.strides[i];
+  }
+  const cudaError_t e = reference::zero_fill(t.data, t.dtype, sizes, strides, stream);
   return e == cudaSuccess ? Result{} : cuda_error((std::string("zero_fill ") + name).c_str(), e);
 }
 
@@ -204,6 +211,42 @@ Result forward_varlen(const VarlenForwardArgs& args, cudaStream_t stream) {
   const FwdKernelEntry* kernel = find_forward_kernel(p.dtype, static_cast<int>(p.head_dim));
   const cudaError_t e = kernel->launch(p, stream);
   return e == cudaSuccess ? Result{} : cuda_error("sm90 varlen forward launch", e);
+}
+
+std::size_t backward_varlen_workspace_size(const VarlenBackwardArgs& args) {
+  VarlenProblem vp;
+  AttnBackwardProblem p;
+  if (!validate_backward_varlen(args, &vp, &p).ok()) return 0;
+  return kernel_workspace_bytes(p.fwd);
+}
+
+Result backward_varlen(const VarlenBackwardArgs& args, void* workspace, std::size_t workspace_bytes, cudaStream_t stream) {
+  VarlenProblem vp;
+  AttnBackwardProblem p;
+  if (Result r = validate_backward_varlen(args, &vp, &p); !r.ok()) return r;
+  if (Result r = check_hopper_device(); !r.ok()) return r;
+  if (vp.batch > 0 && (args.check_index_values || debug_checks_env()))
+    if (Result r = check_index_values_on_device(vp, stream); !r.ok()) return r;
+  if (vp.batch == 0) return {};
+  // Degenerate calls with no query row or no key row at all: the gradients are zeros (the whole
+  // tensors, see the header); the kernels need at least one of each.
+  if (vp.heads_q == 0 || vp.total_q == 0 || vp.max_seqlen_q == 0) {
+    if (Result r = zero_fill_device("dk", args.dk, stream); !r.ok()) return r;
+    return zero_fill_device("dv", args.dv, stream);
+  }
+  if (vp.total_k == 0 || vp.max_seqlen_k == 0) return zero_fill_device("dq", args.dq, stream);
+  const std::size_t needed = kernel_workspace_bytes(p.fwd);
+  if (workspace == nullptr)
+    return Result{Status::kInvalidArgument, "workspace is null but " + std::to_string(needed) +
+                                                " bytes are needed (backward_varlen_workspace_size)"};
+  if (workspace_bytes < needed)
+    return Result{Status::kInvalidArgument, "workspace_bytes=" + std::to_string(workspace_bytes) + " but " +
+                                                std::to_string(needed) + " bytes are needed (backward_varlen_workspace_size)"};
+  if (reinterpret_cast<uintptr_t>(workspace) % 256 != 0)
+    return Result{Status::kInvalidArgument, "workspace is not 256-byte aligned"};
+  const BwdKernelEntry* kernel = find_backward_kernel(p.fwd.dtype, static_cast<int>(p.fwd.head_dim));
+  const cudaError_t e = kernel->launch(p, workspace, stream);
+  return e == cudaSuccess ? Result{} : cuda_error("sm90 varlen backward launch", e);
 }
 
 Result forward_varlen_cpu(const VarlenForwardArgs& args) {

@@ -173,4 +173,8 @@ Result check_varlen_index_values(const VarlenProblem& p, const int32_t* cu_q, co
 // The varlen problem as the fixed-length kernels' AttnProblem (the fields documented there).
 AttnProblem to_attn_problem(const VarlenProblem& p);
 
+// VarlenBackwardArgs: the forward checks (Backend::kSm90) on q/k/v/out/lse and the index tensors,
+// lse required, dout like out and dq/dk/dv like q/k/v; fills the problem with varlen fields set.
+Result validate_backward_varlen(const VarlenBackwardArgs& args, VarlenProblem* fwd, AttnBackwardProblem* problem);
+
 }  // namespace hopattn

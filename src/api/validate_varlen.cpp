@@ -240,4 +240,45 @@ AttnProblem to_attn_problem(const VarlenProblem& v) {
   return p;
 }
 
+Result validate_backward_varlen(const VarlenBackwardArgs& a, VarlenProblem* fwd, AttnBackwardProblem* p) {
+  VarlenForwardArgs f;
+  f.q = a.q; f.k = a.k; f.v = a.v; f.out = a.out; f.lse = a.lse;
+  f.cu_seqlens_q = a.cu_seqlens_q; f.cu_seqlens_k = a.cu_seqlens_k;
+  f.max_seqlen_q = a.max_seqlen_q; f.max_seqlen_k = a.max_seqlen_k;
+  f.seqused_q = a.seqused_q; f.seqused_k = a.seqused_k;
+  f.causal = a.causal; f.softmax_scale = a.softmax_scale;
+  if (Result r = validate_forward_varlen(f, Backend::kSm90, fwd); !r.ok()) return r;
+  if (a.lse.data == nullptr && fwd->heads_q * fwd->total_q > 0)
+    return fail("lse: required by backward_varlen (forward_varlen's (heads_q, total_q) fp32 log-sum-exp); lse.data is null");
+  const struct { const char* name; const TensorRef* t; const char* like_name; const TensorRef* like; } grads[] = {
+      {"dout", &a.dout, "out", &a.out}, {"dq", &a.dq, "q", &a.q}, {"dk", &a.dk, "k", &a.k}, {"dv", &a.dv, "v", &a.v}};
+  for (const auto& g : grads) {
+    if (g.t->dtype != a.q.dtype)
+      return fail(cat(g.name, ": dtype ", dtype_name(g.t->dtype), " differs from q's ", dtype_name(a.q.dtype)));
+    if (Result r = check_packed(g.name, *g.t, Backend::kSm90); !r.ok()) return r;
+    for (int i = 0; i < 3; ++i)
+      if (g.t->sizes[i] != g.like->sizes[i])
+        return fail(cat(g.name, ".sizes[", i, "]=", g.t->sizes[i], " but ", g.like_name, ".sizes[", i, "]=", g.like->sizes[i]));
+  }
+  if (!has_backward_kernel(a.q.dtype, static_cast<int>(fwd->head_dim)))
+    return Result{Status::kUnsupported, cat("head_dim ", fwd->head_dim, " with dtype ", dtype_name(a.q.dtype),
+                                            " has no sm90 backward kernel in this build (built: ",
+                                            build_instantiation_list(), ")")};
+  p->fwd = to_attn_problem(*fwd);
+  p->dout = a.dout.data;
+  p->dq = a.dq.data;
+  p->dk = a.dk.data;
+  p->dv = a.dv.data;
+  p->grad_dtype = a.q.dtype;
+  p->deterministic = a.deterministic;
+  const auto strides = [](int64_t dst[3], const TensorRef& t) {  // (token, head) -> (0, token, head)
+    dst[0] = 0; dst[1] = t.strides[0]; dst[2] = t.strides[1];
+  };
+  strides(p->do_stride, a.dout);
+  strides(p->dq_stride, a.dq);
+  strides(p->dk_stride, a.dk);
+  strides(p->dv_stride, a.dv);
+  return {};
+}
+
 }  // namespace hopattn

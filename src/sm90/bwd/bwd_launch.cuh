@@ -28,7 +28,7 @@ cudaError_t launch_main(const AttnBackwardProblem& bp, const WorkspaceLayout& w,
   const AttnProblem& p = bp.fwd;
   typename K::Params params{};
   params.mainloop = K::Mainloop::make_params(bp, reinterpret_cast<float*>(ws + w.lse_log2),
-                                             reinterpret_cast<float*>(ws + w.dpsum), w.seqlen_q_padded);
+                                             reinterpret_cast<float*>(ws + w.dpsum), w.rows);
   params.dq_accum = reinterpret_cast<float*>(ws + w.dq_accum);
   params.semaphore = reinterpret_cast<int*>(ws + w.semaphore);
   params.dk = bp.dk;
@@ -85,6 +85,10 @@ cudaError_t run_bwd(const AttnBackwardProblem& bp, void* workspace, cudaStream_t
     pp.batch = int(p.batch);
     pp.m_blocks = int(w.m_blocks);
     pp.scale = p.scale;
+    pp.rows = w.rows;
+    pp.cu_q = p.cu_seqlens_q;
+    pp.used_q = p.seqused_q;
+    pp.total_q = int(p.total_q);
     const int64_t rows = p.batch * p.heads_q * w.seqlen_q_padded;
     const int64_t row_grid = (rows + 7) / 8;  // 8 warps per 256-thread block, one row each
     if (row_grid > INT_MAX) return cudaErrorInvalidConfiguration;

@@ -40,7 +40,8 @@ __device__ __forceinline__ void consume_head_split(const typename BwdKernel<Cfg>
   using HD = Int<kHeadDim>;
   const auto& mp = params.mainloop;
   const typename K::Block blk = K::block(params);
-  const auto range = Mainloop::query_range(mp, blk.n_block);
+  const typename Mainloop::SeqInfo si = Mainloop::seq_info(mp, blk.batch);
+  const auto range = Mainloop::query_range(si, blk.n_block);
   const bool score_side = thread_idx < 128;  // warpgroup 0: S^T and P^T; warpgroup 1: dP^T and dS^T
   const int wg_thread = thread_idx % 128;
 
@@ -73,7 +74,7 @@ __device__ __forceinline__ void consume_head_split(const typename BwdKernel<Cfg>
       return make_tensor(make_smem_ptr(base + buf * kTileElems), take<0, 2>(typename Mainloop::SmemLayoutdSt{}));
     };
 
-    const int diag_offset = mp.seqlen_k - mp.seqlen_q;  // key j visible to query i iff j <= i + diag_offset
+    const int diag_offset = si.seqlen_k - si.seqlen_q;  // key j visible to query i iff j <= i + diag_offset
     const int key0 = blk.n_block * kBlockN;
     PipelineState st;
     int buf = 0;
@@ -103,8 +104,8 @@ __device__ __forceinline__ void consume_head_split(const typename BwdKernel<Cfg>
           ws::wgmma_issue<true>(mma_sdp, op.k, op.q(_, _, _, st.index()), tSrS);
           release_staged();
           warpgroup_wait<0>();
-          scores_to_probs<Cfg::kCausal>(tSrS, tScS, op.lse(_, st.index()), key0, m * kBlockM, mp.seqlen_k, diag_offset,
-                                        Mainloop::step_needs_mask(mp, blk.n_block, m), mp.scale_log2);
+          scores_to_probs<Cfg::kCausal>(tSrS, tScS, op.lse(_, st.index()), key0, m * kBlockM, si.seqlen_k, diag_offset,
+                                        Mainloop::step_needs_mask(si, blk.n_block, m), mp.scale_log2);
           ws::convert_fragment(tSrS, tPrP);
           copy(store_tile, thr_store.retile_S(tPrP), thr_store.partition_D(tile_buf(ss.p.data(), buf)));
           cutlass::arch::fence_view_async_shared();  // generic-proxy stores -> WGMMA (async proxy)
@@ -158,11 +159,11 @@ __device__ __forceinline__ void consume_head_split(const typename BwdKernel<Cfg>
         }
         cutlass::arch::fence_view_async_shared();  // staged dQ visible to the bulk copy (async proxy)
         cutlass::arch::NamedBarrier::sync(128, barrier_id(BwdBarrier::kdQStagedWG0) + wg);
-        const int64_t tile = K::dq_tile(params, blk, head, m);
+        const int64_t tile = K::dq_tile(params, si, head, m);
         int* sem = params.semaphore + tile;
         if (wg_thread == 0) {
           float* dq = params.dq_accum + tile * Mainloop::kdQElems + wg * 2 * Mainloop::kdQChunkElems;
-          if (params.deterministic) wait_turn(sem, K::dq_turn(params, blk, m));
+          if (params.deterministic) wait_turn(sem, K::dq_turn(params, blk, si, m));
           bulk_reduce_add_f32(dq, chunk[0], Mainloop::kdQChunkElems * sizeof(float));
           bulk_reduce_add_f32(dq + Mainloop::kdQChunkElems, chunk[1], Mainloop::kdQChunkElems * sizeof(float));
           tma_store_arrive();  // commit the bulk group
@@ -170,7 +171,7 @@ __device__ __forceinline__ void consume_head_split(const typename BwdKernel<Cfg>
         }
         if (params.deterministic) {  // both halves added: pass the turn
           cutlass::arch::NamedBarrier::sync(Cfg::kNumMmaThreads, barrier_id(BwdBarrier::kdQReady));
-          if (thread_idx == 0) store_release(sem, K::dq_turn(params, blk, m) + 1);
+          if (thread_idx == 0) store_release(sem, K::dq_turn(params, blk, si, m) + 1);
         }
         staged_st = st;
         staged = true;
@@ -180,7 +181,7 @@ __device__ __forceinline__ void consume_head_split(const typename BwdKernel<Cfg>
     }
     release_staged();  // the producer's tail waits for every stage; smem must outlive the bulk reads
   }
-  store_dk_dv<Cfg>(params, blk, thr_dkv, tdKrdK, tdVrdV);
+  store_dk_dv<Cfg>(params, blk, si, thr_dkv, tdKrdK, tdVrdV);
 }
 
 }  // namespace hopattn::sm90::bwd

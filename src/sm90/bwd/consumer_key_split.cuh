@@ -31,7 +31,8 @@ __device__ __forceinline__ void consume_key_split(const typename BwdKernel<Cfg>:
   using HD = Int<kHeadDim>;
   const auto& mp = params.mainloop;
   const typename K::Block blk = K::block(params);
-  const auto range = Mainloop::query_range(mp, blk.n_block);
+  const typename Mainloop::SeqInfo si = Mainloop::seq_info(mp, blk.batch);
+  const auto range = Mainloop::query_range(si, blk.n_block);
 
   typename Mainloop::TiledMmaSdP mma_sdp;
   typename Mainloop::TiledMmadKV mma_dkv;
@@ -50,7 +51,7 @@ __device__ __forceinline__ void consume_key_split(const typename BwdKernel<Cfg>:
     Tensor tScS = thr_sdp.partition_C(make_identity_tensor(Shape<BN, BM>{}));
     auto c_rc = ws::acc_rowcol(tScS);
 
-    const int diag_offset = mp.seqlen_k - mp.seqlen_q;  // key j visible to query i iff j <= i + diag_offset
+    const int diag_offset = si.seqlen_k - si.seqlen_q;  // key j visible to query i iff j <= i + diag_offset
     const int key0 = blk.n_block * kBlockN;
     PipelineState st;
     int ds_buf = 0;
@@ -67,8 +68,8 @@ __device__ __forceinline__ void consume_key_split(const typename BwdKernel<Cfg>:
         ws::wgmma_issue<true>(mma_sdp, op.v, op.dout(_, _, _, st.index()), tdPrdP);
         warpgroup_wait<1>();  // S^T done; dP^T may still run
 
-        scores_to_probs<Cfg::kCausal>(tSrS, tScS, op.lse(_, st.index()), key0, m * kBlockM, mp.seqlen_k, diag_offset,
-                                      Mainloop::step_needs_mask(mp, blk.n_block, m), mp.scale_log2);
+        scores_to_probs<Cfg::kCausal>(tSrS, tScS, op.lse(_, st.index()), key0, m * kBlockM, si.seqlen_k, diag_offset,
+                                      Mainloop::step_needs_mask(si, blk.n_block, m), mp.scale_log2);
         warpgroup_wait<0>();  // dP^T done
         // dS^T = P^T * (dP^T - D), in place of dP^T.
         auto s_rc = ws::acc_rowcol(tSrS);
@@ -123,15 +124,15 @@ __device__ __forceinline__ void consume_key_split(const typename BwdKernel<Cfg>:
         cutlass::arch::fence_view_async_shared();  // staged dQ visible to the bulk copy (async proxy)
         cutlass::arch::NamedBarrier::sync(Cfg::kNumMmaThreads, barrier_id(BwdBarrier::kdQReady));
         if (thread_idx == 0) {
-          const int64_t tile = K::dq_tile(params, blk, head, m);
+          const int64_t tile = K::dq_tile(params, si, head, m);
           float* dq = params.dq_accum + tile * Mainloop::kdQElems;
           int* sem = params.semaphore + tile;
-          if (params.deterministic) wait_turn(sem, K::dq_turn(params, blk, m));
+          if (params.deterministic) wait_turn(sem, K::dq_turn(params, blk, si, m));
           bulk_reduce_add_f32(dq, ss.dq.data(), Mainloop::kdQElems * sizeof(float));
           tma_store_arrive();  // commit the bulk group
           if (params.deterministic) {
             bulk_wait_complete();  // the adds are done in global memory, not only read from smem
-            store_release(sem, K::dq_turn(params, blk, m) + 1);
+            store_release(sem, K::dq_turn(params, blk, si, m) + 1);
           }
         }
         ++st;
@@ -141,7 +142,7 @@ __device__ __forceinline__ void consume_key_split(const typename BwdKernel<Cfg>:
   }
 
   if (thread_idx == 0) tma_store_wait<0>();  // shared memory must outlive the last bulk read
-  store_dk_dv<Cfg>(params, blk, thr_dkv, tdKrdK, tdVrdV);
+  store_dk_dv<Cfg>(params, blk, si, thr_dkv, tdKrdK, tdVrdV);
 }
 
 }  // namespace hopattn::sm90::bwd

@@ -31,9 +31,10 @@ __device__ __forceinline__ void produce(const typename BwdKernel<Cfg>::Params& p
   using PipelineState = typename Mainloop::PipelineState;
   const auto& mp = params.mainloop;
   const typename K::Block blk = K::block(params);
-  const auto range = Mainloop::query_range(mp, blk.n_block);
+  const typename Mainloop::SeqInfo si = Mainloop::seq_info(mp, blk.batch);
+  const auto range = Mainloop::query_range(si, blk.n_block);
   if (range.m_begin >= range.m_end) return;  // no query sees these keys: nothing to load
-  const typename Mainloop::Loader loader{mp, ss, blk.kv_head, blk.batch};
+  const typename Mainloop::Loader loader{mp, ss, blk.kv_head, si};
   PipelineState st = cutlass::make_producer_start_state<Pipeline>();
   if (cute::elect_one_sync()) loader.load_kv(blk.n_block);
   for (int g = 0; g < mp.group; ++g) {

@@ -26,8 +26,8 @@ struct BwdKernel {
 
   struct Params {
     typename Mainloop::Params mainloop;
-    float* dq_accum;  // (batch, heads_q, seqlen_q_padded, head_dim) fp32, zeroed by the preprocess
-    int* semaphore;   // (batch, heads_q, m_blocks), zeroed by the preprocess; deterministic mode only
+    float* dq_accum;  // fp32 rows of head_dim in RowLayout order, zeroed by the preprocess
+    int* semaphore;   // one per kQueryBlock rows of dq_accum, zeroed by the preprocess; deterministic mode only
     void* dk;
     void* dv;
     int64_t dk_stride[3], dv_stride[3];
@@ -69,23 +69,23 @@ struct BwdKernel {
   // tile (the whole walk serialised: -59% measured). In decreasing order (n_last first, whose walk
   // starts at m) each block arrives one step after the one before it. Blocks are then launched in
   // decreasing order too (block()), so the block waited for is resident or done: no deadlock.
-  __device__ static int dq_turn(const Params& p, const Block& blk, int m_block) {
+  __device__ static int dq_turn(const Params& p, const Block& blk, const typename Mainloop::SeqInfo& si, int m_block) {
     if constexpr (!Cfg::kCausal) {
       return blk.n_block;
     } else {
-      const auto& mp = p.mainloop;
-      // Only blocks that see the tile call this, so the last visible key below is >= 0.
-      const int last_row = min(mp.seqlen_q, (m_block + 1) * Cfg::kBlockM) - 1;
-      const int n_last = min(p.n_blocks - 1, (last_row + mp.seqlen_k - mp.seqlen_q) / Cfg::kBlockN);
+      // Only blocks that see the tile call this, so the last visible key below is >= 0. The key
+      // blocks of this sequence: varlen grids cover max_seqlen_k, only ceil(seqlen_k / N) exist.
+      const int n_blocks = (si.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN;
+      const int last_row = min(si.seqlen_q, (m_block + 1) * Cfg::kBlockM) - 1;
+      const int n_last = min(n_blocks - 1, (last_row + si.seqlen_k - si.seqlen_q) / Cfg::kBlockN);
       return n_last - blk.n_block;
     }
   }
 
   // The (query block, head) tile's slice of the dQ accumulator, in fragment order, and its
-  // deterministic-mode turn counter.
-  __device__ static int64_t dq_tile(const Params& p, const Block& blk, int head, int m_block) {
-    const auto& mp = p.mainloop;
-    return (int64_t(blk.batch) * mp.heads_q + head) * (mp.seqlen_q_padded / Cfg::kBlockM) + m_block;
+  // deterministic-mode turn counter (RowLayout: row bases are whole kRowPadding blocks).
+  __device__ static int64_t dq_tile(const Params& p, const typename Mainloop::SeqInfo& si, int head, int m_block) {
+    return (si.row_base + int64_t(head) * p.mainloop.row_layout.head_stride) / Cfg::kBlockM + m_block;
   }
 };
 
@@ -166,18 +166,23 @@ __device__ __forceinline__ void store_kv_grad(Element* base, int64_t row_stride,
 }
 
 // dK = scale * sum dS^T Q and dV = sum P^T dO of this thread's fragment, to the caller's tensors.
+// Rows up to the sequence's length are written: keys past seqused (varlen) saw no query, so their
+// accumulators hold zeros.
 template <class Cfg, class ThrMma, class Frag>
 __device__ __forceinline__ void store_dk_dv(const typename BwdKernel<Cfg>::Params& params,
-                                            const typename BwdKernel<Cfg>::Block& blk, const ThrMma& thr_dkv,
+                                            const typename BwdKernel<Cfg>::Block& blk,
+                                            const typename BwdKernel<Cfg>::Mainloop::SeqInfo& si, const ThrMma& thr_dkv,
                                             const Frag& dk_acc, const Frag& dv_acc) {
   using namespace cute;
   using Element = typename Cfg::Element;
   Tensor coords = thr_dkv.partition_C(make_identity_tensor(Shape<Int<Cfg::kBlockN>, Int<Cfg::kHeadDim>>{}));
   const int key0 = blk.n_block * Cfg::kBlockN;
-  Element* dk = static_cast<Element*>(params.dk) + blk.batch * params.dk_stride[0] + blk.kv_head * params.dk_stride[2];
-  Element* dv = static_cast<Element*>(params.dv) + blk.batch * params.dv_stride[0] + blk.kv_head * params.dv_stride[2];
-  store_kv_grad(dk, params.dk_stride[1], key0, params.mainloop.seqlen_k, dk_acc, coords, params.scale);
-  store_kv_grad(dv, params.dv_stride[1], key0, params.mainloop.seqlen_k, dv_acc, coords, 1.f);
+  // Varlen: batch strides are 0 and the sequence starts offset_k rows in.
+  const int64_t b = blk.batch, kvh = blk.kv_head, off = si.offset_k;
+  Element* dk = static_cast<Element*>(params.dk) + b * params.dk_stride[0] + off * params.dk_stride[1] + kvh * params.dk_stride[2];
+  Element* dv = static_cast<Element*>(params.dv) + b * params.dv_stride[0] + off * params.dv_stride[1] + kvh * params.dv_stride[2];
+  store_kv_grad(dk, params.dk_stride[1], key0, si.len_k, dk_acc, coords, params.scale);
+  store_kv_grad(dv, params.dv_stride[1], key0, si.len_k, dv_acc, coords, 1.f);
 }
 
 }  // namespace hopattn::sm90::bwd

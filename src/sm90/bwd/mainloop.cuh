@@ -20,6 +20,7 @@
 
 #include "api/problem.hpp"
 #include "sm90/ws/fragment_layout.cuh"
+#include "sm90/bwd/workspace.hpp"
 #include "sm90/ws/mainloop.cuh"  // wgmma_issue
 
 namespace hopattn::sm90::bwd {
@@ -154,44 +155,81 @@ struct BwdMainloop {
     TmaQ tma_q, tma_do;
     TmaK tma_k, tma_v;
     TmaRow tma_lse, tma_dpsum;
+    // Fixed-length batches: the lengths. Varlen: the max_seqlen bounds.
     int seqlen_q, seqlen_k, seqlen_q_padded, heads_q, heads_kv, batch, group;
     float scale_log2;
+    // Packed (varlen) batches: TMA views of (total tokens, 1 batch), the index arrays (null when
+    // fixed-length) and the padded per-row workspace rows (RowLayout).
+    int rows_q, rows_k, batch_extent;
+    const int32_t* cu_q;
+    const int32_t* cu_k;
+    const int32_t* used_q;
+    const int32_t* used_k;
+    RowLayout row_layout;
   };
 
-  static Params make_params(const AttnBackwardProblem& bp, float* lse_log2, float* dpsum, int64_t seqlen_q_padded) {
+  // One batch entry's place in the tensors and the workspace, and its lengths (see the forward's
+  // SeqInfo; here also where its per-row workspace rows start). Computed once per CTA.
+  struct SeqInfo {
+    int offset_q, offset_k;  // first token row (0 for fixed-length batches)
+    int len_k;               // key rows whose dK/dV are written: the sequence's length
+    int seqlen_q, seqlen_k;  // query rows and keys that take part: seqused, else the lengths
+    int batch;               // batch coordinate of the TMA views (0 when packed)
+    int64_t row_base;        // workspace row of (this batch entry, head 0, row 0): RowLayout
+  };
+  __device__ static SeqInfo seq_info(const Params& p, int b) {
+    if (p.cu_q == nullptr) return {0, 0, p.seqlen_k, p.seqlen_q, p.seqlen_k, b, p.row_layout.base(b, 0)};
+    // Clamped to the tensors (unchecked index values give wrong rows, never stray accesses).
+    const int oq = min(max(__ldg(p.cu_q + b), 0), p.rows_q);
+    const int ok = min(max(__ldg(p.cu_k + b), 0), p.rows_k);
+    const int lq = min(max(__ldg(p.cu_q + b + 1) - oq, 0), p.rows_q - oq);
+    const int lk = min(max(__ldg(p.cu_k + b + 1) - ok, 0), p.rows_k - ok);
+    const int uq = p.used_q == nullptr ? lq : min(max(__ldg(p.used_q + b), 0), lq);
+    const int uk = p.used_k == nullptr ? lk : min(max(__ldg(p.used_k + b), 0), lk);
+    return {oq, ok, lk, uq, uk, 0, p.row_layout.base(b, oq)};
+  }
+
+  static Params make_params(const AttnBackwardProblem& bp, float* lse_log2, float* dpsum, const RowLayout& rl) {
     using namespace cute;
     const AttnProblem& pr = bp.fwd;
     const int sq = int(pr.seqlen_q), sk = int(pr.seqlen_k), hq = int(pr.heads_q), hk = int(pr.heads_kv), b = int(pr.batch);
-    auto view = [](const void* ptr, int seq, int heads, int batch, const int64_t (&s)[3]) {
-      return make_tensor(make_gmem_ptr(static_cast<const Element*>(ptr)), make_shape(seq, int(kHeadDim), heads, batch),
+    const bool packed = pr.varlen();
+    const int rows_q = packed ? int(pr.total_q) : sq, rows_k = packed ? int(pr.total_k) : sk, bext = packed ? 1 : b;
+    auto view = [&](const void* ptr, int seq, int heads, const int64_t (&s)[3]) {
+      return make_tensor(make_gmem_ptr(static_cast<const Element*>(ptr)), make_shape(seq, int(kHeadDim), heads, bext),
                          make_stride(s[1], _1{}, s[2], s[0]));
     };
+    // (row, head, batch): fixed-length rows of each (batch, head) are contiguous; packed ones are
+    // one (heads, padded total) array whose sequences start at their RowLayout bases.
     auto rows = [&](const float* ptr) {
-      return make_tensor(make_gmem_ptr(ptr), make_shape(int(seqlen_q_padded), hq, b),
-                         make_stride(_1{}, seqlen_q_padded, seqlen_q_padded * hq));
+      return make_tensor(make_gmem_ptr(ptr), make_shape(int(rl.head_stride), hq, bext),
+                         make_stride(_1{}, rl.head_stride, rl.head_stride * hq));
     };
     const auto q_tile = take<0, 2>(SmemLayoutQ{});
-    return Params{make_tma_copy(SM90_TMA_LOAD{}, view(pr.q, sq, hq, b, pr.q_stride), q_tile, Shape<BM, HD>{}, _1{}),
-                  make_tma_copy(SM90_TMA_LOAD{}, view(bp.dout, sq, hq, b, bp.do_stride), q_tile, Shape<BM, HD>{}, _1{}),
-                  make_tma_copy(SM90_TMA_LOAD{}, view(pr.k, sk, hk, b, pr.k_stride), SmemLayoutK{}, Shape<BN, HD>{}, _1{}),
-                  make_tma_copy(SM90_TMA_LOAD{}, view(pr.v, sk, hk, b, pr.v_stride), SmemLayoutK{}, Shape<BN, HD>{}, _1{}),
+    return Params{make_tma_copy(SM90_TMA_LOAD{}, view(pr.q, rows_q, hq, pr.q_stride), q_tile, Shape<BM, HD>{}, _1{}),
+                  make_tma_copy(SM90_TMA_LOAD{}, view(bp.dout, rows_q, hq, bp.do_stride), q_tile, Shape<BM, HD>{}, _1{}),
+                  make_tma_copy(SM90_TMA_LOAD{}, view(pr.k, rows_k, hk, pr.k_stride), SmemLayoutK{}, Shape<BN, HD>{}, _1{}),
+                  make_tma_copy(SM90_TMA_LOAD{}, view(pr.v, rows_k, hk, pr.v_stride), SmemLayoutK{}, Shape<BN, HD>{}, _1{}),
                   make_tma_copy(SM90_TMA_LOAD{}, rows(lse_log2), Layout<Shape<BM>>{}, Shape<BM>{}, _1{}),
                   make_tma_copy(SM90_TMA_LOAD{}, rows(dpsum), Layout<Shape<BM>>{}, Shape<BM>{}, _1{}),
-                  sq, sk, int(seqlen_q_padded), hq, hk, b, int(pr.group()), pr.scale * 1.4426950408889634f};
+                  sq, sk, int(rl.head_stride), hq, hk, b, int(pr.group()), pr.scale * 1.4426950408889634f,
+                  rows_q, rows_k, bext, pr.cu_seqlens_q, pr.cu_seqlens_k, pr.seqused_q, pr.seqused_k, rl};
   }
 
   // Query blocks [m_begin, m_end) see at least one key of key block n_block (bottom-right causal:
-  // query i sees key j <= i + seqlen_k - seqlen_q). Possibly empty.
+  // query i sees key j <= i + seqlen_k - seqlen_q). Possibly empty: always for a key block past
+  // the sequence's keys (varlen: the grid covers max_seqlen_k).
   struct QueryRange {
     int m_begin, m_end;
   };
-  __device__ static QueryRange query_range(const Params& p, int n_block) {
-    const int m_end = (p.seqlen_q + kBlockM - 1) / kBlockM;
+  __device__ static QueryRange query_range(const SeqInfo& si, int n_block) {
+    const int m_end = (si.seqlen_q + kBlockM - 1) / kBlockM;
+    if (n_block * kBlockN >= si.seqlen_k) return {m_end, m_end};
     if constexpr (!Cfg::kCausal) {
       return {0, m_end};
     } else {
-      const int first_row = n_block * kBlockN - (p.seqlen_k - p.seqlen_q);  // first query seeing key n_block*kBlockN
-      if (first_row >= p.seqlen_q) return {m_end, m_end};
+      const int first_row = n_block * kBlockN - (si.seqlen_k - si.seqlen_q);  // first query seeing key n_block*kBlockN
+      if (first_row >= si.seqlen_q) return {m_end, m_end};
       return {first_row <= 0 ? 0 : first_row / kBlockM, m_end};
     }
   }
@@ -242,13 +280,15 @@ struct BwdMainloop {
   struct Loader {
     const Params& p;
     SharedStorage& ss;
-    int kv_head, batch;
+    int kv_head;
+    SeqInfo si;
 
     __device__ void load_kv(int n_block) const {
       using namespace cute;
       auto load = [&](const TmaK& tma, Element* smem) {
-        Tensor m = tma.get_tma_tensor(make_shape(p.seqlen_k, int(kHeadDim), p.heads_kv, p.batch));
-        Tensor g = local_tile(m(_, _, kv_head, batch), Shape<BN, HD>{}, make_coord(n_block, _0{}));
+        Tensor m = tma.get_tma_tensor(make_shape(p.rows_k, int(kHeadDim), p.heads_kv, p.batch_extent));
+        Tensor ms = domain_offset(make_coord(si.offset_k, _0{}), m(_, _, kv_head, si.batch));
+        Tensor g = local_tile(ms, Shape<BN, HD>{}, make_coord(n_block, _0{}));
         Tensor s = make_tensor(make_smem_ptr(smem), SmemLayoutK{});
         auto cta = tma.get_slice(_0{});
         copy(tma.with(ss.barrier_kv), cta.partition_S(g), cta.partition_D(s));
@@ -264,13 +304,16 @@ struct BwdMainloop {
       using namespace cute;
       pipe.producer_acquire(st);
       auto* bar = pipe.producer_get_barrier(st);
-      Tensor m = tma.get_tma_tensor(make_shape(p.seqlen_q, int(kHeadDim), p.heads_q, p.batch));
-      Tensor g = local_tile(m(_, _, head, batch), Shape<BM, HD>{}, make_coord(m_block, _0{}));
+      Tensor m = tma.get_tma_tensor(make_shape(p.rows_q, int(kHeadDim), p.heads_q, p.batch_extent));
+      Tensor ms = domain_offset(make_coord(si.offset_q, _0{}), m(_, _, head, si.batch));
+      Tensor g = local_tile(ms, Shape<BM, HD>{}, make_coord(m_block, _0{}));
       Tensor s = make_tensor(make_smem_ptr(smem), SmemLayoutQ{});
       auto cta = tma.get_slice(_0{});
       copy(tma.with(*bar), cta.partition_S(g), cta.partition_D(s)(_, _, _, st.index()));
-      Tensor mr = tma_row.get_tma_tensor(make_shape(p.seqlen_q_padded, p.heads_q, p.batch));
-      Tensor gr = local_tile(mr(_, head, batch), Shape<BM>{}, make_coord(m_block));
+      // Fixed-length: row_base is (batch, head 0)'s, reached through the batch coordinate instead.
+      Tensor mr = tma_row.get_tma_tensor(make_shape(p.seqlen_q_padded, p.heads_q, p.batch_extent));
+      Tensor mrs = domain_offset(make_coord(p.cu_q == nullptr ? 0 : int(si.row_base)), mr(_, head, si.batch));
+      Tensor gr = local_tile(mrs, Shape<BM>{}, make_coord(m_block));
       Tensor sr = make_tensor(make_smem_ptr(smem_row), SmemLayoutRow{});
       auto cta_r = tma_row.get_slice(_0{});
       copy(tma_row.with(*bar), cta_r.partition_S(gr), cta_r.partition_D(sr)(_, _, st.index()));
@@ -280,10 +323,10 @@ struct BwdMainloop {
   // ---- consumers ----------------------------------------------------------------------------------
 
   // Key j may be seen by query i: j < seqlen_k and, causal, j <= i + seqlen_k - seqlen_q.
-  __device__ static bool step_needs_mask(const Params& p, int n_block, int m_block) {
+  __device__ static bool step_needs_mask(const SeqInfo& si, int n_block, int m_block) {
     const int key_end = (n_block + 1) * kBlockN;
-    if (key_end > p.seqlen_k) return true;
-    if constexpr (Cfg::kCausal) return key_end - 1 > m_block * kBlockM + p.seqlen_k - p.seqlen_q;
+    if (key_end > si.seqlen_k) return true;
+    if constexpr (Cfg::kCausal) return key_end - 1 > m_block * kBlockM + si.seqlen_k - si.seqlen_q;
     return false;
   }
 };

@@ -20,16 +20,33 @@ namespace hopattn::sm90::bwd {
 struct PrePostParams {
   const void* out;
   const void* dout;
-  const float* lse;  // (batch, heads_q, seqlen_q)
+  const float* lse;  // (batch, heads_q, seqlen_q), or varlen's (heads_q, total_q)
   void* dq;
-  float* lse_log2;   // workspace, (batch, heads_q, seqlen_q_padded)
+  float* lse_log2;   // workspace per-row arrays (RowLayout)
   float* dpsum;
-  float* dq_accum;   // (batch, heads_q, seqlen_q_padded, head_dim)
-  int* semaphore;    // (batch, heads_q, m_blocks)
+  float* dq_accum;   // head_dim values per row
+  int* semaphore;    // one per kQueryBlock rows
   int64_t o_stride[3], do_stride[3], dq_stride[3];
   int seqlen_q, seqlen_q_padded, heads_q, batch, m_blocks;
   float scale;
+  RowLayout rows;
+  // Varlen (null cu_q: fixed-length): sequence b's query rows, as the main kernel's SeqInfo.
+  const int32_t* cu_q;
+  const int32_t* used_q;
+  int total_q;
 };
+
+// Query rows of batch entry b: its first token row, length (rows written) and seqused (rows that
+// take part), clamped to the tensor like the main kernel's.
+struct QueryRows {
+  int offset, len, used;
+};
+__device__ __forceinline__ QueryRows query_rows(const PrePostParams& p, int b) {
+  if (p.cu_q == nullptr) return {0, p.seqlen_q, p.seqlen_q};
+  const int o = min(max(__ldg(p.cu_q + b), 0), p.total_q);
+  const int len = min(max(__ldg(p.cu_q + b + 1) - o, 0), p.total_q - o);
+  return {o, len, p.used_q == nullptr ? len : min(max(__ldg(p.used_q + b), 0), len)};
+}
 
 template <class T>
 __device__ __forceinline__ float to_float(T x) { return static_cast<float>(x); }
@@ -45,27 +62,34 @@ __global__ void __launch_bounds__(256) bwd_preprocess_kernel(const PrePostParams
   const int row = int(row_id % p.seqlen_q_padded);
   const int head = int((row_id / p.seqlen_q_padded) % p.heads_q);
   const int batch = int(row_id / (int64_t(p.seqlen_q_padded) * p.heads_q));
+  const QueryRows q = query_rows(p, batch);
+  // The main kernel reads whole query blocks of each sequence (kRowPadding covers both sizes);
+  // varlen grids cover max_seqlen_q, so shorter sequences end earlier.
+  if (row >= (q.len + kRowPadding - 1) / kRowPadding * kRowPadding) return;
+  const int64_t w = p.rows.base(batch, q.offset) + head * p.rows.head_stride + row;  // workspace row
   float dot = 0.f;
-  float lse2 = INFINITY;  // pad rows and rows with no key: P = exp2(s - inf) = 0
-  if (row < p.seqlen_q) {
-    const Element* o = static_cast<const Element*>(p.out) + batch * p.o_stride[0] + row * p.o_stride[1] +
+  float lse2 = INFINITY;  // pad rows, rows past seqused and rows with no key: P = exp2(s - inf) = 0
+  if (row < q.used) {
+    const int64_t token = int64_t(q.offset) + row;
+    const Element* o = static_cast<const Element*>(p.out) + batch * p.o_stride[0] + token * p.o_stride[1] +
                        head * p.o_stride[2] + lane * kPerLane;
-    const Element* d = static_cast<const Element*>(p.dout) + batch * p.do_stride[0] + row * p.do_stride[1] +
+    const Element* d = static_cast<const Element*>(p.dout) + batch * p.do_stride[0] + token * p.do_stride[1] +
                        head * p.do_stride[2] + lane * kPerLane;
     #pragma unroll
     for (int i = 0; i < kPerLane; ++i) dot += to_float(o[i]) * to_float(d[i]);
     #pragma unroll
     for (int off = 16; off > 0; off /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, off);
-    const float l = p.lse[(int64_t(batch) * p.heads_q + head) * p.seqlen_q + row];
+    const float l = p.cu_q == nullptr ? p.lse[(int64_t(batch) * p.heads_q + head) * p.seqlen_q + row]
+                                      : p.lse[int64_t(head) * p.total_q + token];
     if (l != -INFINITY) lse2 = l * 1.4426950408889634f;
   }
   if (lane == 0) {
-    p.dpsum[row_id] = dot;
-    p.lse_log2[row_id] = lse2;
+    p.dpsum[w] = dot;
+    p.lse_log2[w] = lse2;
   }
-  float4* acc = reinterpret_cast<float4*>(p.dq_accum + row_id * kHeadDim);
+  float4* acc = reinterpret_cast<float4*>(p.dq_accum + w * kHeadDim);
   for (int i = lane; i < kHeadDim / 4; i += 32) acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
-  if (lane == 0 && row % kQueryBlock == 0) p.semaphore[row_id / kQueryBlock] = 0;
+  if (lane == 0 && row % kQueryBlock == 0) p.semaphore[w / kQueryBlock] = 0;
 }
 
 // One CTA per (batch, head, query block), one thread per main-kernel consumer thread: thread t
@@ -78,10 +102,14 @@ __global__ void __launch_bounds__(Mainloop::kdQElems / Mainloop::kdQPerThread)
   using Element = typename Mainloop::Element;
   constexpr int kThreads = Mainloop::kdQElems / Mainloop::kdQPerThread;
   constexpr int kBlockM = Mainloop::kBlockM, kHeadDim = Mainloop::kHeadDim;
-  const int64_t tile = blockIdx.x;  // (batch, head, m_block) flattened
-  const int m_block = int(tile % p.m_blocks);
-  const int head = int((tile / p.m_blocks) % p.heads_q);
-  const int batch = int(tile / (int64_t(p.m_blocks) * p.heads_q));
+  const int64_t grid_tile = blockIdx.x;  // (batch, head, m_block) flattened
+  const int m_block = int(grid_tile % p.m_blocks);
+  const int head = int((grid_tile / p.m_blocks) % p.heads_q);
+  const int batch = int(grid_tile / (int64_t(p.m_blocks) * p.heads_q));
+  const QueryRows q = query_rows(p, batch);
+  if (m_block * kBlockM >= q.len) return;  // varlen: past this sequence
+  // Rows past seqused got no dQ partial: their accumulator rows stay zero, so dq = 0 there.
+  const int64_t tile = (p.rows.base(batch, q.offset) + head * p.rows.head_stride) / kBlockM + m_block;
   const int t = threadIdx.x;
   typename Mainloop::TiledMmadQ mma_dq;
   Tensor coords = mma_dq.get_thread_slice(t).partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
@@ -93,11 +121,12 @@ __global__ void __launch_bounds__(Mainloop::kdQElems / Mainloop::kdQPerThread)
     const float4 x = *reinterpret_cast<const float4*>(acc + Mainloop::dq_offset(t, 4 * j));
     v[4 * j] = x.x, v[4 * j + 1] = x.y, v[4 * j + 2] = x.z, v[4 * j + 3] = x.w;
   }
-  Element* dq = static_cast<Element*>(p.dq) + batch * p.dq_stride[0] + head * p.dq_stride[2];
+  Element* dq = static_cast<Element*>(p.dq) + batch * p.dq_stride[0] + int64_t(q.offset) * p.dq_stride[1] +
+                head * p.dq_stride[2];
 #pragma unroll
   for (int i = 0; i < Mainloop::kdQPerThread; i += 2) {  // fragment columns come in adjacent pairs
     const int row = m_block * kBlockM + get<0>(coords(i));
-    if (row < p.seqlen_q) {
+    if (row < q.len) {
       cutlass::Array<float, 2> pair;
       pair[0] = v[i] * p.scale;
       pair[1] = v[i + 1] * p.scale;

@@ -16,14 +16,34 @@ namespace hopattn::sm90::bwd {
 inline constexpr int64_t kQueryBlock = 64;
 inline constexpr int64_t kRowPadding = 128;
 
+// Where the per-row arrays keep the rows of (batch entry b, query head h): row r of the sequence is
+// at base(b, offset_q) + h * head_stride + r. Fixed-length batches: (batch, heads, seqlen_q_padded)
+// in order. Packed (varlen) batches: (heads, padded total), sequence b starting at the first
+// multiple of kRowPadding at or after offset_q + b * kRowPadding: whole query blocks per sequence,
+// never overlapping the next (its start is at least ceil(length / kRowPadding) blocks later), all
+// inside padded_total(total_q, batch) rows per head even for unchecked index values (clamped).
+struct RowLayout {
+  int64_t head_stride = 0;
+  int64_t batch_stride = 0;  // fixed-length only
+  bool packed = false;
+  HOPATTN_HOST_DEVICE int64_t base(int64_t b, int64_t offset_q) const {
+    return packed ? (offset_q + b * kRowPadding) / kRowPadding * kRowPadding : b * batch_stride;
+  }
+  static int64_t padded_total(int64_t total_q, int64_t batch) {
+    return (total_q + (batch + 1) * kRowPadding) / kRowPadding * kRowPadding;
+  }
+};
+
 struct WorkspaceLayout {
-  int64_t seqlen_q_padded = 0;  // seqlen_q rounded up to kRowPadding
+  int64_t seqlen_q_padded = 0;  // seqlen_q rounded up to kRowPadding (varlen: max_seqlen_q's)
   int64_t m_blocks = 0;         // seqlen_q_padded / kQueryBlock
+  RowLayout rows;
   // Byte offsets into the workspace (each 256-byte aligned) and the total.
-  std::size_t lse_log2 = 0;   // float (batch, heads_q, seqlen_q_padded): lse * log2(e); +inf for pad rows and rows with no key
-  std::size_t dpsum = 0;      // float (batch, heads_q, seqlen_q_padded): D = rowsum(dout * out); 0 for pad rows
-  std::size_t dq_accum = 0;   // float (batch, heads_q, seqlen_q_padded, head_dim): dQ / scale, summed over key blocks
-  std::size_t semaphore = 0;  // int (batch, heads_q, m_blocks): deterministic mode's turn counters
+  // Per-row arrays in RowLayout order (the dQ accumulator with head_dim values per row):
+  std::size_t lse_log2 = 0;   // float: lse * log2(e); +inf for pad rows and rows with no key
+  std::size_t dpsum = 0;      // float: D = rowsum(dout * out); 0 for pad rows
+  std::size_t dq_accum = 0;   // float x head_dim: dQ / scale, summed over key blocks
+  std::size_t semaphore = 0;  // int per kQueryBlock rows: deterministic mode's turn counters
   std::size_t total = 0;
 };
 
@@ -33,7 +53,13 @@ inline WorkspaceLayout workspace_layout(const AttnProblem& p) {
   WorkspaceLayout w;
   w.seqlen_q_padded = (p.seqlen_q + kRowPadding - 1) / kRowPadding * kRowPadding;
   w.m_blocks = w.seqlen_q_padded / kQueryBlock;
-  const std::size_t rows = std::size_t(p.batch) * std::size_t(p.heads_q) * std::size_t(w.seqlen_q_padded);
+  if (p.varlen()) {
+    w.rows = {RowLayout::padded_total(p.total_q, p.batch), 0, true};
+  } else {
+    w.rows = {w.seqlen_q_padded, p.heads_q * w.seqlen_q_padded, false};
+  }
+  const std::size_t rows = p.varlen() ? std::size_t(p.heads_q) * std::size_t(w.rows.head_stride)
+                                      : std::size_t(p.batch) * std::size_t(p.heads_q) * std::size_t(w.seqlen_q_padded);
   std::size_t off = 0;
   w.lse_log2 = off;
   off = align256(off + rows * sizeof(float));
@@ -42,7 +68,7 @@ inline WorkspaceLayout workspace_layout(const AttnProblem& p) {
   w.dq_accum = off;
   off = align256(off + rows * std::size_t(p.head_dim) * sizeof(float));
   w.semaphore = off;
-  off = align256(off + std::size_t(p.batch) * std::size_t(p.heads_q) * std::size_t(w.m_blocks) * sizeof(int));
+  off = align256(off + rows / kQueryBlock * sizeof(int));
   w.total = off;
   return w;
 }
