@@ -10,8 +10,10 @@ export LD_LIBRARY_PATH=$PWD/$pack/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 # (which always runs its own kernel) at the same ragged shape, every head dim, causal and not, at
 # batch 1 and in deterministic mode at batch 2 (its semaphore hand-off between CTAs). FP8: forward_fp8 at
 # q127/k255 and q255/k127 with GQA (every head dim, causal and not; the V^T pre-pass included), and
-# the rotate-and-quantise kernel at a ragged seqlen.
-filter=${1:-'Sm90*bf16_d*_b1_h8x2_q127_k255*:Sm90*bf16_d128_causal_b1_h8x2_q2048_k512*:Sm90*bf16_d128_full_b1_h8x2_q512_k2048*:Sm90/BackwardVsReference*bf16_d*_b2_h8x2_q255_k127_det:Sm90/BackwardVsReference*bf16_d*_b1_h8x2_q255_k127:Sm90Fp8/Fp8ForwardVsReference*_h4x1_q127_k255_block:Sm90Fp8/Fp8ForwardVsReference*_h4x1_q255_k127_block:Sm90Fp8/Fp8AttentionVsReference*_rotv_block_b1_h4x4_q17_k300:Fp8/QuantizeRows*bf16_*_s127:Fp8/MakeVt*bf16_d*_s129'}
+# the rotate-and-quantise kernel at a ragged seqlen. Varlen: forward (mixed lengths 0..1000) and
+# backward (keys longer and shorter than queries) per head dim, causal and not, and the
+# deterministic varlen backward.
+filter=${1:-'Sm90*bf16_d*_b1_h8x2_q127_k255*:Sm90*bf16_d128_causal_b1_h8x2_q2048_k512*:Sm90*bf16_d128_full_b1_h8x2_q512_k2048*:Sm90/BackwardVsReference*bf16_d*_b2_h8x2_q255_k127_det:Sm90/BackwardVsReference*bf16_d*_b1_h8x2_q255_k127:Sm90Fp8/Fp8ForwardVsReference*_h4x1_q127_k255_block:Sm90Fp8/Fp8ForwardVsReference*_h4x1_q255_k127_block:Sm90Fp8/Fp8AttentionVsReference*_rotv_block_b1_h4x4_q17_k300:Fp8/QuantizeRows*bf16_*_s127:Fp8/MakeVt*bf16_d*_s129:Sm90/VarlenVsReference*bf16_d*_h8x2_mixed:Sm90/VarlenBackwardGrid*bf16_d*_h8x2_qkdiffer:Sm90VarlenBackward.DeterministicRunsAreBitwiseIdentical'}
 status=0
 for kernel in ws mma; do
   for tool in memcheck racecheck; do

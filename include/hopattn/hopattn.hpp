@@ -240,4 +240,64 @@ struct Fp8QuantizeArgs {
 };
 Result quantize_fp8(const Fp8QuantizeArgs& args, cudaStream_t stream = nullptr);
 
+// ---- KV-cache decoding (issue 6) ---------------------------------------------------------------
+// Attention of a few new query tokens per sequence against a key/value cache, FlashAttention-3's
+// flash_attn_with_kvcache (forward only). The cache is contiguous (one max_seqlen_k slab per
+// sequence) or paged (fixed-size pages named by a page table). Optionally the call first appends
+// k_new/v_new to the cache in place. Sequence b attends to its first len_k(b) = cache_seqlens[b] +
+// seqlen_new cached keys (the appended ones included). Causal is bottom-right aligned per sequence:
+// query i of b sees key j iff j <= i + len_k(b) - seqlen_q. A row that sees no key gets out = 0 and
+// lse = -inf. The keys of each (batch, kv head) are split over num_splits thread blocks (split-KV,
+// "flash-decoding") whose partial results a second kernel merges; the workspace holds them.
+struct KvCacheArgs {
+  TensorRef q;  // (batch, seqlen_q, heads_q, head_dim), bf16/fp16 (CPU: fp32 too)
+  // Contiguous: (batch, max_seqlen_k, heads_kv, head_dim). Paged (page_table given):
+  // (num_pages, page_size, heads_kv, head_dim), any page_size >= 1. Same dtype as q;
+  // heads_q % heads_kv == 0 (GQA/MQA). Any strides with a contiguous head_dim.
+  TensorRef k_cache;
+  TensorRef v_cache;  // like k_cache (same sizes)
+  TensorRef cache_seqlens;  // int32 (batch), contiguous: tokens already in sequence b's cache
+  // Optional int32 (batch, max_pages), contiguous rows: entry [b][p] is the page of k_cache/v_cache
+  // holding tokens p*page_size .. (p+1)*page_size - 1 of sequence b. Only the entries covering the
+  // first len_k(b) tokens are read; the others may hold anything (e.g. -1).
+  TensorRef page_table;
+  // Optional, both or neither: (batch, seqlen_new, heads_kv, head_dim), dtype of q. Written into the
+  // cache at positions cache_seqlens[b] .. cache_seqlens[b] + seqlen_new - 1 of sequence b (IN PLACE:
+  // the call modifies k_cache and v_cache), then attended to with the rest of the cache.
+  // cache_seqlens itself is not updated.
+  TensorRef k_new, v_new;
+  TensorRef out;  // like q
+  TensorRef lse;  // optional fp32 (batch, heads_q, seqlen_q), contiguous
+  bool causal = false;
+  std::optional<float> softmax_scale;  // default 1/sqrt(head_dim); must be finite and > 0
+  // Key splits per (batch, kv head): 0 picks them from the batch, heads, head_dim and cache
+  // capacity so the thread blocks fill whole waves of the GPU (sm90/decode/plan.hpp); >= 1 forces
+  // that many (clamped to the cache capacity's 64-key blocks and to 128). Any value gives the same
+  // result up to fp32 rounding, and a given value gives bitwise identical results run to run.
+  int num_splits = 0;
+  // GPU only: copy cache_seqlens and the page table to the host (synchronising `stream`) and check
+  // the values as attention_with_kvcache_cpu always does: cache_seqlens[b] >= 0,
+  // cache_seqlens[b] + seqlen_new <= capacity (max_seqlen_k, or max_pages * page_size), and every
+  // page_table entry the call reads in [0, num_pages). Also on for every call with the environment
+  // variable HOPATTN_DEBUG_CHECKS=1. Without the check, bad values give wrong results but never
+  // reads or writes outside the tensors: lengths are clamped to [0, capacity], page indices to
+  // [0, num_pages), and appended rows that would land past the capacity are dropped.
+  bool check_index_values = false;
+};
+
+// Bytes of device workspace attention_with_kvcache needs for `args` on the current device: the
+// splits' partial outputs and log-sum-exps (fp32), 0 when one split suffices. 0 for invalid args.
+std::size_t attention_with_kvcache_workspace_size(const KvCacheArgs& args);
+
+// The decoding kernels (device memory, cache_seqlens and page_table too), enqueued on `stream`:
+// the append (if k_new/v_new), the split-KV attention and, with more than one split, the merge.
+// `workspace`: attention_with_kvcache_workspace_size(args) bytes, 256-byte aligned (may be null
+// when that is 0). Asynchronous unless check_index_values.
+Result attention_with_kvcache(const KvCacheArgs& args, void* workspace, std::size_t workspace_bytes,
+                              cudaStream_t stream = nullptr);
+
+// The CPU reference on host memory (double accumulation): the same semantics, the in-place append
+// included; always checks the index values. num_splits is accepted and ignored.
+Result attention_with_kvcache_cpu(const KvCacheArgs& args);
+
 }  // namespace hopattn

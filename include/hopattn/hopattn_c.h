@@ -11,7 +11,7 @@
 extern "C" {
 #endif
 
-#define HOPATTN_ABI_VERSION 4
+#define HOPATTN_ABI_VERSION 5
 
 enum hopattn_status {
   HOPATTN_SUCCESS = 0,
@@ -119,6 +119,50 @@ int hopattn_attention_fp8(const hopattn_fp8_attention_args* args, void* workspac
 size_t hopattn_forward_fp8_workspace_size(const hopattn_fp8_fwd_args* args);
 int hopattn_forward_fp8(const hopattn_fp8_fwd_args* args, void* workspace, size_t workspace_bytes, void* stream);
 int hopattn_quantize_fp8(const hopattn_fp8_quantize_args* args, void* stream);
+
+/* Variable-length backward (ABI 5; see hopattn.hpp: VarlenBackwardArgs). GPU only: device memory,
+ * the index tensors too. The tensors and options of the hopattn_forward_varlen call that produced
+ * out and lse (lse (heads_q, total_q) fp32 is required), plus dout like out and dq/dk/dv like q/k/v
+ * (packed; q's dtype). Every row of every sequence is written (rows past seqused get 0); rows past
+ * cu_seqlens[batch] are not. seqused_q/k optional as in hopattn_varlen_fwd_args. */
+typedef struct hopattn_varlen_bwd_args {
+  hopattn_tensor q, k, v, out, dout, lse, dq, dk, dv;
+  hopattn_tensor cu_seqlens_q, cu_seqlens_k;
+  hopattn_tensor seqused_q, seqused_k; /* optional: data NULL and ndim 0 */
+  int64_t max_seqlen_q, max_seqlen_k;
+  int32_t causal;
+  int32_t has_softmax_scale; /* 0: use 1/sqrt(head_dim) */
+  float softmax_scale;
+  int32_t deterministic;      /* as hopattn_bwd_args */
+  int32_t check_index_values; /* as hopattn_varlen_fwd_args */
+} hopattn_varlen_bwd_args;
+
+/* workspace: device memory of hopattn_backward_varlen_workspace_size(args) bytes (0 for malformed or
+ * invalid args), 256-byte aligned; stream as for hopattn_forward. */
+size_t hopattn_backward_varlen_workspace_size(const hopattn_varlen_bwd_args* args);
+int hopattn_backward_varlen(const hopattn_varlen_bwd_args* args, void* workspace, size_t workspace_bytes,
+                            void* stream);
+
+/* KV-cache decoding (see hopattn.hpp: KvCacheArgs). q/out (batch, seqlen_q, heads_q, head_dim);
+ * k_cache/v_cache (batch, max_seqlen_k, heads_kv, head_dim), or with page_table (num_pages,
+ * page_size, heads_kv, head_dim); cache_seqlens int32 (batch); page_table int32 (batch, max_pages);
+ * k_new/v_new (batch, seqlen_new, heads_kv, head_dim), appended to the cache IN PLACE; lse fp32
+ * (batch, heads_q, seqlen_q). Optional tensors (page_table, k_new, v_new, lse): data NULL and
+ * ndim 0. On the GPU every tensor is device memory; workspace: device memory of
+ * hopattn_attention_with_kvcache_workspace_size(args) bytes, 256-byte aligned (NULL when 0). */
+typedef struct hopattn_kvcache_args {
+  hopattn_tensor q, k_cache, v_cache, cache_seqlens, page_table, k_new, v_new, out, lse;
+  int32_t causal;
+  int32_t has_softmax_scale; /* 0: use 1/sqrt(head_dim) */
+  float softmax_scale;
+  int32_t num_splits; /* 0: heuristic */
+  int32_t check_index_values;
+} hopattn_kvcache_args;
+
+size_t hopattn_attention_with_kvcache_workspace_size(const hopattn_kvcache_args* args);
+int hopattn_attention_with_kvcache(const hopattn_kvcache_args* args, void* workspace, size_t workspace_bytes,
+                                   void* stream);
+int hopattn_attention_with_kvcache_cpu(const hopattn_kvcache_args* args);
 
 #ifdef __cplusplus
 }

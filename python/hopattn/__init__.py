@@ -16,6 +16,7 @@ from ._lib import (  # noqa: E402
 from .ops import attention, attention_backward, attention_reference, build_info, check_device, is_available, version  # noqa: E402
 from .fp8 import attention_fp8, forward_fp8, quantize_fp8  # noqa: E402
 from .varlen import varlen_attention  # noqa: E402
+from .kvcache import attention_with_kvcache  # noqa: E402
 
 __all__ = [
     "__version__",
@@ -23,6 +24,7 @@ __all__ = [
     "attention_backward",
     "attention_reference",
     "varlen_attention",
+    "attention_with_kvcache",
     "attention_fp8",
     "forward_fp8",
     "quantize_fp8",

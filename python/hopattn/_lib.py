@@ -8,7 +8,7 @@ from pathlib import Path
 
 # Must equal HOPATTN_ABI_VERSION in hopattn_c.h; checked at load so a stale .so fails loudly
 # instead of misreading structs.
-ABI_VERSION = 4
+ABI_VERSION = 5
 
 # enum hopattn_dtype
 DTYPE_BF16 = 0
@@ -94,6 +94,34 @@ class HopattnVarlenFwdArgs(ctypes.Structure):
         ("causal", ctypes.c_int32),
         ("has_softmax_scale", ctypes.c_int32),
         ("softmax_scale", ctypes.c_float),
+        ("check_index_values", ctypes.c_int32),
+    ]
+
+
+class HopattnVarlenBwdArgs(ctypes.Structure):
+    """struct hopattn_varlen_bwd_args (ABI 5): hopattn_varlen_fwd_args' tensors and options plus
+    dout, dq, dk, dv (packed like out, q, k, v); lse is required, seqused optional."""
+
+    _fields_ = [
+        ("q", HopattnTensor),
+        ("k", HopattnTensor),
+        ("v", HopattnTensor),
+        ("out", HopattnTensor),
+        ("dout", HopattnTensor),
+        ("lse", HopattnTensor),
+        ("dq", HopattnTensor),
+        ("dk", HopattnTensor),
+        ("dv", HopattnTensor),
+        ("cu_seqlens_q", HopattnTensor),
+        ("cu_seqlens_k", HopattnTensor),
+        ("seqused_q", HopattnTensor),
+        ("seqused_k", HopattnTensor),
+        ("max_seqlen_q", ctypes.c_int64),
+        ("max_seqlen_k", ctypes.c_int64),
+        ("causal", ctypes.c_int32),
+        ("has_softmax_scale", ctypes.c_int32),
+        ("softmax_scale", ctypes.c_float),
+        ("deterministic", ctypes.c_int32),
         ("check_index_values", ctypes.c_int32),
     ]
 
@@ -228,6 +256,7 @@ def _declare(lib):
     args_p = ctypes.POINTER(HopattnFwdArgs)
     bwd_args_p = ctypes.POINTER(HopattnBwdArgs)
     varlen_p = ctypes.POINTER(HopattnVarlenFwdArgs)
+    varlen_bwd_p = ctypes.POINTER(HopattnVarlenBwdArgs)
     fp8_attn_p = ctypes.POINTER(HopattnFp8AttentionArgs)
     fp8_fwd_p = ctypes.POINTER(HopattnFp8FwdArgs)
     fp8_quant_p = ctypes.POINTER(HopattnFp8QuantizeArgs)
@@ -252,6 +281,8 @@ def _declare(lib):
         "hopattn_forward_fp8_workspace_size": ([fp8_fwd_p], ctypes.c_size_t),
         "hopattn_forward_fp8": ([fp8_fwd_p, *workspace_call], ctypes.c_int),
         "hopattn_quantize_fp8": ([fp8_quant_p, ctypes.c_void_p], ctypes.c_int),
+        "hopattn_backward_varlen_workspace_size": ([varlen_bwd_p], ctypes.c_size_t),
+        "hopattn_backward_varlen": ([varlen_bwd_p, *workspace_call], ctypes.c_int),
     }
     for name, (argtypes, restype) in sigs.items():
         fn = getattr(lib, name)
@@ -382,6 +413,25 @@ def make_varlen_fwd_args(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_
     )
 
 
+def make_varlen_bwd_args(q, k, v, out, dout, lse, dq, dk, dv, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k,
+                        max_seqlen_q: int, max_seqlen_k: int, causal: bool, softmax_scale, deterministic: bool,
+                        check_index_values: bool) -> HopattnVarlenBwdArgs:
+    """Pack HopattnTensors into HopattnVarlenBwdArgs; seqused_q and seqused_k may be None (every
+    token of each sequence used), lse None only to see the library's error (it is required)."""
+    absent = HopattnTensor
+    has_scale, scale = _scale_fields(softmax_scale)
+    return HopattnVarlenBwdArgs(
+        q, k, v, out, dout,
+        absent() if lse is None else lse,
+        dq, dk, dv,
+        cu_seqlens_q, cu_seqlens_k,
+        absent() if seqused_q is None else seqused_q,
+        absent() if seqused_k is None else seqused_k,
+        max_seqlen_q, max_seqlen_k,
+        1 if causal else 0, has_scale, scale, 1 if deterministic else 0, 1 if check_index_values else 0,
+    )
+
+
 def make_fp8_attention_args(q, k, v, out, lse, causal: bool, softmax_scale, incoherent: bool, block_quant: bool,
                             seed: int, rotate_v: bool = False) -> HopattnFp8AttentionArgs:
     """Pack HopattnTensors into HopattnFp8AttentionArgs; lse may be None (not computed)."""
@@ -428,3 +478,47 @@ def torch_dtype_codes(torch) -> dict:
             codes[e4m3] = DTYPE_E4M3
         _torch_codes = (torch, codes)
     return codes
+
+
+# --- KV-cache decoding (hopattn_c.h: hopattn_kvcache_args) ----------------------------------------
+# hopattn.kvcache declares the three entry points' signatures on first use (not in _declare), so a
+# library built without them still loads for everything else.
+
+
+class HopattnKvcacheArgs(ctypes.Structure):
+    """struct hopattn_kvcache_args: q/out (batch, seqlen_q, heads_q, head_dim), the K/V cache
+    (contiguous or paged), int32 cache_seqlens and optional page_table, optional k_new/v_new
+    (appended in place) and lse. Optional tensors are left out as HopattnTensor()."""
+
+    _fields_ = [
+        ("q", HopattnTensor),
+        ("k_cache", HopattnTensor),
+        ("v_cache", HopattnTensor),
+        ("cache_seqlens", HopattnTensor),
+        ("page_table", HopattnTensor),
+        ("k_new", HopattnTensor),
+        ("v_new", HopattnTensor),
+        ("out", HopattnTensor),
+        ("lse", HopattnTensor),
+        ("causal", ctypes.c_int32),
+        ("has_softmax_scale", ctypes.c_int32),
+        ("softmax_scale", ctypes.c_float),
+        ("num_splits", ctypes.c_int32),
+        ("check_index_values", ctypes.c_int32),
+    ]
+
+
+def make_kvcache_args(q, k_cache, v_cache, cache_seqlens, page_table, k_new, v_new, out, lse, causal: bool,
+                      softmax_scale, num_splits: int, check_index_values: bool) -> HopattnKvcacheArgs:
+    """Pack HopattnTensors into HopattnKvcacheArgs; page_table, k_new, v_new and lse may be None."""
+    absent = HopattnTensor
+    has_scale, scale = _scale_fields(softmax_scale)
+    return HopattnKvcacheArgs(
+        q, k_cache, v_cache, cache_seqlens,
+        absent() if page_table is None else page_table,
+        absent() if k_new is None else k_new,
+        absent() if v_new is None else v_new,
+        out,
+        absent() if lse is None else lse,
+        1 if causal else 0, has_scale, scale, num_splits, 1 if check_index_values else 0,
+    )

@@ -8,8 +8,8 @@
 # hopattn does not do (sliding windows, softcapping, FP8 descales, split-KV tuning, ...) raises
 # NotImplementedError naming the argument, before any tensor is touched: a caller must never get
 # plain attention where it asked for something else. flash_attn_varlen_func maps onto
-# hopattn.varlen_attention (forward only so far); flash_attn_with_kvcache and the other serving entry
-# points raise until hopattn has those features.
+# hopattn.varlen_attention (differentiable on CUDA tensors); flash_attn_with_kvcache and the other
+# serving entry points raise until hopattn has those features.
 #
 # Like the rest of hopattn this module never imports torch (the tensors passed in come from the
 # caller's torch), so importing it is cheap and works without torch.
@@ -203,7 +203,7 @@ def flash_attn_varlen_func(
     return_attn_probs=False,
 ):
     """FlashAttention-3's flash_attn_varlen_func on hopattn: attention over sequences of different
-    lengths packed along the token dim (hopattn.varlen_attention). Forward only for now.
+    lengths packed along the token dim (hopattn.varlen_attention); differentiable on CUDA tensors.
 
     q: (total_q, nheads, headdim); k, v: (total_k, nheads_k, headdim); cu_seqlens_q, cu_seqlens_k:
     int32 (batch + 1,) prefix sums of the sequence lengths; max_seqlen_q, max_seqlen_k: the longest
@@ -213,9 +213,10 @@ def flash_attn_varlen_func(
     Returns out (total_q, nheads, headdim); with return_attn_probs=True, (out, softmax_lse) with
     softmax_lse (nheads, total_q) float32, as FA3 does (no probabilities).
 
-    The gradient does not exist yet: with grad mode on and q, k or v requiring grad this raises
-    NotImplementedError (hopattn.varlen_attention's). deterministic is accepted (it only concerns
-    the backward). Any other argument at a non-default value raises NotImplementedError naming it.
+    With grad mode on and q, k or v requiring grad, out is differentiable with respect to q, k and v
+    (hopattn's sm90 varlen backward; no gradient for the index tensors). deterministic=True makes
+    that backward bitwise reproducible, as in FA3 (no effect on the forward). Any other argument at a
+    non-default value raises NotImplementedError naming it.
     """
     _reject_unsupported(
         "flash_attn_varlen_func",
@@ -226,7 +227,7 @@ def flash_attn_varlen_func(
     q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
     return varlen.varlen_attention(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=causal, softmax_scale=softmax_scale,
-        seqused_q=seqused_q, seqused_k=seqused_k, return_lse=bool(return_attn_probs),
+        seqused_q=seqused_q, seqused_k=seqused_k, return_lse=bool(return_attn_probs), deterministic=deterministic,
     )
 
 

@@ -186,8 +186,10 @@ def _features(library, device, torch_info):
             for dtype, dims in sorted(dtypes.items()):
                 features[f"{label} {dtype}"] = f"{where}: head_dim {', '.join(map(str, sorted(dims)))}"
         features["CPU reference (numpy)"] = "available"
-        # The varlen forward runs the forward kernels (and the CPU reference for numpy).
-        features[_VARLEN] = "forward only (the forward kernels' dtypes and head dims); backward not yet"
+        # The varlen forward runs the forward kernels (and the CPU reference for numpy); its backward
+        # (torch CUDA tensors, autograd) the backward kernels. numpy stays forward only.
+        features[_VARLEN] = ("forward and backward (the forward and backward kernels' dtypes and head dims; "
+                             "numpy: forward only)")
     if torch_info["custom_ops"]:
         features["torch ops (torch.compile, CUDA graphs)"] = f"available (torch {torch_info['version']})"
     elif torch_info["version"]:

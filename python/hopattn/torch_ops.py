@@ -4,7 +4,10 @@
 #   torch.ops.hopattn.bwd(dout, q, k, v, out, lse, causal, softmax_scale, deterministic) -> (dq, dk, dv)
 #   torch.ops.hopattn.fwd_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
 #                                seqused_q=None, seqused_k=None, causal=False, softmax_scale=None,
-#                                check_index_values=False) -> (out, lse)      (forward only, no autograd)
+#                                check_index_values=False, deterministic=False) -> (out, lse)
+#   torch.ops.hopattn.bwd_varlen(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+#                                max_seqlen_k, seqused_q, seqused_k, causal, softmax_scale,
+#                                deterministic) -> (dq, dk, dv)
 #
 # Being real operators (not Python code around a ctypes call) is what lets torch.compile trace
 # them as single graph nodes (no graph break), lets autograd and AOTAutograd see the backward, and
@@ -16,6 +19,7 @@
 # torch.export, fake tensors and other subclasses, dispatch/function modes, functorch, jit.trace);
 # a plain eager call goes straight to the same kernel functions (ops._direct_forward /
 # _direct_backward, which the CUDA kernels below call too) with less host time per call.
+# hopattn.varlen_attention() does the same with the *_varlen ops (varlen._launch / _launch_backward).
 #
 # This module imports torch; hopattn imports it only when attention() first takes the op route (or
 # a user imports it, e.g. to make torch.ops.hopattn.* exist before loading a saved graph).
@@ -24,6 +28,8 @@
 # slow, for tests), so the operator machinery (fake tensors, autograd, torch.library.opcheck,
 # torch.compile) can be checked on a machine without a GPU. hopattn.attention() still rejects CPU
 # tensors: there an accidental CPU tensor is far more likely than a wish for the slow reference.
+# The library has no varlen CPU backward: bwd_varlen's CPU kernel runs the dense CPU reference
+# backward on each sequence alone (varlen._backward_cpu).
 import ctypes
 from typing import Optional, Tuple
 
@@ -90,18 +96,43 @@ def _fwd_varlen(
     causal: bool = False,
     softmax_scale: Optional[float] = None,
     check_index_values: bool = False,
+    deterministic: bool = False,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """out (total_q, heads_q, head_dim) in q's dtype and lse (heads_q, total_q) float32; see
-    hopattn.varlen_attention. Forward only: no autograd is registered (varlen_attention raises
-    before a call that would need one)."""
+    hopattn.varlen_attention. deterministic only reaches the backward (autograd keeps it)."""
     return varlen._op_forward(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q,
                               seqused_k, causal, softmax_scale, check_index_values)
+
+
+@torch.library.custom_op("hopattn::bwd_varlen", mutates_args=(), device_types="cuda")
+def _bwd_varlen(
+    dout: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    seqused_q: Optional[torch.Tensor],
+    seqused_k: Optional[torch.Tensor],
+    causal: bool,
+    softmax_scale: Optional[float],
+    deterministic: bool,
+) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """dq, dk, dv (zeros_like q, k, v, then written by the sm90 varlen backward) given dout = dL/dout
+    of a fwd_varlen call with the same arguments."""
+    return varlen._op_backward(torch, dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                               seqused_q, seqused_k, causal, softmax_scale, deterministic)
 
 
 # The OpOverloads: what hopattn.attention / varlen_attention call, and what a traced graph records.
 fwd = torch.ops.hopattn.fwd.default
 bwd = torch.ops.hopattn.bwd.default
 fwd_varlen = torch.ops.hopattn.fwd_varlen.default
+bwd_varlen = torch.ops.hopattn.bwd_varlen.default
 
 
 # --- CPU kernels (the CPU reference) ----------------------------------------------------------------
@@ -141,10 +172,18 @@ def _bwd_cpu(dout, q, k, v, out, lse, causal, softmax_scale, deterministic):
 
 @_fwd_varlen.register_kernel("cpu")
 def _fwd_varlen_cpu(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q=None, seqused_k=None,
-                    causal=False, softmax_scale=None, check_index_values=False):
+                    causal=False, softmax_scale=None, check_index_values=False, deterministic=False):
     # The CPU reference always checks the index values: check_index_values has nothing to add.
     return varlen._op_forward(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q,
                               seqused_k, causal, softmax_scale, False, require_cuda=False)
+
+
+@_bwd_varlen.register_kernel("cpu")
+def _bwd_varlen_cpu(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q,
+                    seqused_k, causal, softmax_scale, deterministic):
+    # The dense CPU reference per sequence (it is deterministic anyway); it recomputes out and lse.
+    return varlen._op_backward(torch, dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                               seqused_q, seqused_k, causal, softmax_scale, deterministic, require_cuda=False)
 
 
 # --- fake (meta) implementations: shapes and dtypes for torch.compile ---------------------------------
@@ -201,7 +240,7 @@ def _bwd_fake(dout, q, k, v, out, lse, causal, softmax_scale, deterministic):
 
 @_fwd_varlen.register_fake
 def _fwd_varlen_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q=None, seqused_k=None,
-                     causal=False, softmax_scale=None, check_index_values=False):
+                     causal=False, softmax_scale=None, check_index_values=False, deterministic=False):
     # Metadata only (no index values exist here): layout, devices and the index tensors' dtype;
     # the library checks the rest when the kernel runs.
     index = varlen._index_arrays(cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k)
@@ -209,6 +248,15 @@ def _fwd_varlen_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     total_q, heads_q, _ = q.shape
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     return out, q.new_empty((heads_q, total_q), dtype=torch.float32)
+
+
+@_bwd_varlen.register_fake
+def _bwd_varlen_fake(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q,
+                     seqused_k, causal, softmax_scale, deterministic):
+    index = varlen._index_arrays(cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k)
+    varlen._check_torch(torch, q, k, v, index, require_cuda=False)
+    varlen._check_dout(dout, q)
+    return varlen._grad_outputs(torch, q, k, v)
 
 
 # --- autograd -----------------------------------------------------------------------------------------
@@ -232,3 +280,25 @@ def _backward(ctx, dout, _dlse):
 
 
 _fwd.register_autograd(_backward, setup_context=_setup_context)
+
+
+def _setup_context_varlen(ctx, inputs, output):
+    q, k, v, cu_q, cu_k, max_q, max_k, used_q, used_k, causal, softmax_scale, _check_values, deterministic = inputs
+    out, lse = output
+    # As hopattn::fwd's, plus the index tensors (seqused may be None); the values were checked by
+    # the forward (when asked), so the backward does not check them again.
+    ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k, used_q, used_k)
+    ctx.mark_non_differentiable(lse)
+    ctx.varlen_args = (max_q, max_k, causal, softmax_scale, deterministic)
+
+
+def _backward_varlen(ctx, dout, _dlse):
+    q, k, v, out, lse, cu_q, cu_k, used_q, used_k = ctx.saved_tensors
+    max_q, max_k, causal, softmax_scale, deterministic = ctx.varlen_args
+    dq, dk, dv = bwd_varlen(dout, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, used_q, used_k, causal, softmax_scale,
+                            deterministic)
+    # No gradient for the index tensors, max_seqlen_*, seqused_* and the options.
+    return dq, dk, dv, None, None, None, None, None, None, None, None, None, None
+
+
+_fwd_varlen.register_autograd(_backward_varlen, setup_context=_setup_context_varlen)

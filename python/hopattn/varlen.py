@@ -1,14 +1,16 @@
 # Variable-length (packed) batches, FlashAttention-3's varlen API: hopattn.varlen_attention over the
-# C ABI's hopattn_forward_varlen (torch CUDA tensors: the sm90 kernel, on the current stream) and
-# hopattn_forward_varlen_cpu (numpy arrays: the CPU reference). Forward only: the varlen backward is
-# issue 6's next step, so a call that would need a gradient raises instead of returning a result
-# autograd cannot differentiate. As in ops.py, torch is never imported here.
+# C ABI's hopattn_forward_varlen / hopattn_backward_varlen (torch CUDA tensors: the sm90 kernels, on
+# the current stream; differentiable) and hopattn_forward_varlen_cpu (numpy arrays: the CPU
+# reference, forward only: numpy has no autograd). As in ops.py, torch is never imported here.
 #
 # Python checks only what it needs to build the C struct (array types, the dtypes and devices it
 # passes on, int32 contiguous index tensors); the library checks every argument and value and its
-# message becomes the exception's, as for hopattn.attention. Under torch.compile and other tracing
-# (fake tensors, subclasses, dispatch/function modes, functorch, jit.trace) the call goes through
-# the custom op torch.ops.hopattn.fwd_varlen (torch_ops.py), whose CUDA kernel is _launch below.
+# message becomes the exception's, as for hopattn.attention. Two routes, as hopattn.attention's
+# (ops.py): a plain eager call goes straight to the library through ctypes (through the
+# torch.autograd.Function of _make_direct_function when a gradient is needed); under torch.compile
+# and other tracing (fake tensors, subclasses, dispatch/function modes, functorch, jit.trace) the
+# call is the custom op torch.ops.hopattn.fwd_varlen (torch_ops.py), whose autograd runs
+# hopattn::bwd_varlen; their CUDA kernels are _launch and _launch_backward below.
 import ctypes
 import functools
 import operator
@@ -28,8 +30,8 @@ from .ops import (
 )
 
 VARLEN_LAYOUT = "(total_tokens, heads, head_dim)"
-NO_BACKWARD = "hopattn varlen backward is not implemented yet (issue 6)"
 _INT64_LIMIT = 1 << 63
+_BWD_WORKSPACE_ALIGNMENT = 256
 
 
 def _check_max_seqlen(name, x):
@@ -160,19 +162,219 @@ def _op_forward(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_se
     return _launch(torch, q, k, v, index, max_seqlen_q, max_seqlen_k, causal, softmax_scale, check_index_values, True)
 
 
+# --- torch: the backward ----------------------------------------------------------------------------
+
+
+def _grad_outputs(torch, q, k, v):
+    """Fresh dq, dk, dv like q, k, v (zeros_like: strides as empty_like's); shared by the direct
+    route and the real and fake hopattn::bwd_varlen. Zeros, not empty: the library writes every row
+    of every sequence (rows past seqused get 0) but not the rows past cu_seqlens[batch], which
+    take no part in the result and so have gradient 0. Left uninitialised they would hand garbage
+    (NaN, possibly) to whatever produced q, k and v (FlashAttention's issue #1228)."""
+    return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+
+
+def _dense_dout(torch, dout, q):
+    """dout as the library takes it: q's dtype, contiguous last dim, 16-byte aligned rows (ops'
+    _torch_dout for the packed 3-dim layout). Autograd often hands over expanded (stride 0) or
+    otherwise odd gradients; those get one dense copy."""
+    if dout.dtype != q.dtype:
+        dout = dout.to(q.dtype)
+    per16 = max(16 // dout.element_size(), 1)
+    sizes = dout.shape
+    strides = dout.stride()
+    usable = (
+        len(sizes) == 3
+        and strides[2] == 1
+        and dout.data_ptr() % 16 == 0
+        and (sizes[0] <= 1 or strides[0] % per16 == 0)
+        and (sizes[1] <= 1 or strides[1] % per16 == 0)
+    )
+    if not usable:
+        # clone, not contiguous(): contiguous() returns a misaligned contiguous view unchanged.
+        dout = dout.clone(memory_format=torch.contiguous_format)
+    return dout
+
+
+def _bwd_args(tensor, q, k, v, out, dout, lse, dq, dk, dv, index, max_seqlen_q, max_seqlen_k, causal, softmax_scale,
+              deterministic, check_index_values):
+    """HopattnVarlenBwdArgs; tensor as for _args."""
+    idx = {name: None if t is None else tensor(name, t, _lib.DTYPE_INT32) for name, t in index.items()}
+    return _lib.make_varlen_bwd_args(
+        tensor("q", q), tensor("k", k), tensor("v", v), tensor("out", out), tensor("dout", dout), tensor("lse", lse),
+        tensor("dq", dq), tensor("dk", dk), tensor("dv", dv),
+        idx["cu_seqlens_q"], idx["cu_seqlens_k"], idx["seqused_q"], idx["seqused_k"],
+        max_seqlen_q, max_seqlen_k, causal, softmax_scale, deterministic, check_index_values,
+    )
+
+
+def _launch_backward(torch, q, k, v, out, dout, lse, index, max_seqlen_q, max_seqlen_k, causal, softmax_scale,
+                     deterministic, check_index_values=False):
+    """dq, dk, dv (_grad_outputs) from hopattn_backward_varlen on q's device and its current stream,
+    with its workspace from torch's allocator (uint8, on that stream); or, for CPU tensors (the
+    custom op's CPU kernel), from the CPU reference one sequence at a time (_backward_cpu). q, k, v
+    and the index tensors already checked by _check_torch (the forward's, or _op_backward's)."""
+    dout = _dense_dout(torch, dout, q)
+    dq, dk, dv = _grad_outputs(torch, q, k, v)
+    if q.device.type == "cpu":
+        _backward_cpu(torch, q, k, v, out, dout, lse, dq, dk, dv, index, max_seqlen_q, max_seqlen_k, causal,
+                      softmax_scale)
+        return dq, dk, dv
+    args = _bwd_args(functools.partial(_torch_tensor, torch), q, k, v, out, dout, lse, dq, dk, dv, index, max_seqlen_q,
+                     max_seqlen_k, causal, softmax_scale, deterministic, check_index_values)
+    st = _direct(torch)
+    lib = st.lib or st.load()
+    dev = q.get_device()
+    prev = st.exchange_device(dev)  # a no-op when q is on the current device; the size may depend on it
+    try:
+        nbytes = lib.hopattn_backward_varlen_workspace_size(ctypes.byref(args))
+        workspace = None  # kept referenced until the call is enqueued; the allocator orders reuse by stream
+        workspace_ptr = None
+        if nbytes:
+            # Uninitialised is fine (the library initialises what it needs on the stream).
+            workspace = q.new_empty((nbytes,), dtype=torch.uint8)
+            workspace_ptr = workspace.data_ptr()
+            if workspace_ptr % _BWD_WORKSPACE_ALIGNMENT:
+                raise _lib.HopattnError(
+                    f"workspace: torch allocated {nbytes} bytes at {workspace_ptr:#x}, which is not "
+                    f"{_BWD_WORKSPACE_ALIGNMENT}-byte aligned"
+                )
+        status = lib.hopattn_backward_varlen(ctypes.byref(args), workspace_ptr, nbytes, st.raw_stream(dev))
+        del workspace
+    finally:
+        st.restore_device(prev)
+    _lib.check(status, "hopattn varlen backward")
+    return dq, dk, dv
+
+
+def _backward_cpu(torch, q, k, v, out, dout, lse, dq, dk, dv, index, max_seqlen_q, max_seqlen_k, causal,
+                  softmax_scale):
+    """The custom op's CPU kernel (tests only; the library has no varlen CPU backward): the
+    library's checks of the forward's arguments and index values (hopattn_forward_varlen_cpu into
+    a scratch out), then hopattn_backward_cpu on each sequence alone as a batch of 1, writing into
+    views of dq, dk, dv (zeros elsewhere). out and lse are the reference's to recompute."""
+    tensor = functools.partial(_torch_tensor, torch)
+    scratch = torch.empty_like(q, memory_format=torch.contiguous_format)
+    check = _args(tensor, q, k, v, scratch, None, index, max_seqlen_q, max_seqlen_k, causal, softmax_scale, False)
+    _lib.check(_lib.load().hopattn_forward_varlen_cpu(ctypes.byref(check)), "hopattn varlen CPU reference backward")
+    cu_q, cu_k = index["cu_seqlens_q"].tolist(), index["cu_seqlens_k"].tolist()
+    used_q = None if index["seqused_q"] is None else index["seqused_q"].tolist()
+    used_k = None if index["seqused_k"] is None else index["seqused_k"].tolist()
+    for b in range(len(cu_q) - 1):
+        len_q = cu_q[b + 1] - cu_q[b] if used_q is None else used_q[b]
+        len_k = cu_k[b + 1] - cu_k[b] if used_k is None else used_k[b]
+        if len_q == 0 or len_k == 0:  # no query or no key: every gradient of the sequence is 0
+            continue
+        rows, keys = slice(cu_q[b], cu_q[b] + len_q), slice(cu_k[b], cu_k[b] + len_k)
+        args = _lib.make_bwd_args(
+            tensor("q", q[None, rows]), tensor("k", k[None, keys]), tensor("v", v[None, keys]), None,
+            tensor("dout", dout[None, rows]), None,
+            tensor("dq", dq[None, rows]), tensor("dk", dk[None, keys]), tensor("dv", dv[None, keys]),
+            causal, softmax_scale, False,
+        )
+        _lib.check(_lib.load().hopattn_backward_cpu(ctypes.byref(args)), "hopattn varlen CPU reference backward")
+
+
+def _op_backward(torch, dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q,
+                 seqused_k, causal, softmax_scale, deterministic, require_cuda=True):
+    """(dq, dk, dv) for the kernels of torch.ops.hopattn.bwd_varlen (torch_ops.py): checks, then
+    _launch_backward."""
+    index = _index_arrays(cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k)
+    _check_torch(torch, q, k, v, index, require_cuda)
+    _check_dout(dout, q)
+    return _launch_backward(torch, q, k, v, out, dout, lse, index, max_seqlen_q, max_seqlen_k, causal, softmax_scale,
+                            deterministic)
+
+
+def _check_dout(dout, q):
+    if tuple(dout.shape) != tuple(q.shape):
+        raise _lib.InvalidArgumentError(f"dout: shape {tuple(dout.shape)} differs from q's {tuple(q.shape)}")
+    if dout.device != q.device:
+        raise _lib.InvalidArgumentError(f"dout: on device '{dout.device}' but q is on '{q.device}'")
+
+
+def _make_direct_function(torch, st):
+    """The torch.autograd.Function of the direct route when a gradient is needed, and the fastest
+    way to apply it (ops._make_direct_function's, for varlen). It saves and recomputes exactly what
+    hopattn::fwd_varlen's registered autograd does: q, k, v, out, lse and the index tensors."""
+    from torch.autograd.function import once_differentiable
+
+    no_grads = (None,) * 11  # cu_seqlens_q ... deterministic: the index tensors and the options
+
+    def backward_impl(ctx, dout, *unused_dlse):
+        if dout is None:  # out took no part in the loss
+            return (None, None, None, *no_grads)
+        q, k, v, out, lse, cu_q, cu_k, used_q, used_k = ctx.saved_tensors
+        max_q, max_k, causal, softmax_scale, deterministic = ctx.hopattn_args
+        if torch.compiler.is_compiling():  # compiled autograd traces this: the op is traceable
+            dq, dk, dv = _torch_ops_module().bwd_varlen(dout, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, used_q,
+                                                        used_k, causal, softmax_scale, deterministic)
+        else:
+            dq, dk, dv = _launch_backward(torch, q, k, v, out, dout, lse, _index_arrays(cu_q, cu_k, used_q, used_k),
+                                          max_q, max_k, causal, softmax_scale, deterministic)
+        return (dq, dk, dv, *no_grads)
+
+    # With create_graph=True the gradients would carry no history (ctypes): once_differentiable
+    # makes a double backward raise instead, as hopattn::bwd_varlen (no autograd of its own) does.
+    backward_once = once_differentiable(backward_impl)
+
+    class HopattnVarlenFunction(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v, cu_q, cu_k, max_q, max_k, used_q, used_k, causal, softmax_scale, return_lse,
+                    check_index_values, deterministic):
+            out, lse = _launch(torch, q, k, v, _index_arrays(cu_q, cu_k, used_q, used_k), max_q, max_k, causal,
+                               softmax_scale, check_index_values, True)
+            # The inputs, the two outputs and the index tensors: the backward recomputes P from lse.
+            ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k, used_q, used_k)
+            ctx.hopattn_args = (max_q, max_k, causal, softmax_scale, deterministic)
+            ctx.set_materialize_grads(False)  # no zero-filled gradient for lse
+            if return_lse:
+                ctx.mark_non_differentiable(lse)
+                return out, lse
+            return out
+
+        @staticmethod
+        def backward(ctx, dout, *unused_dlse):
+            if st.is_grad_enabled():
+                return backward_once(ctx, dout, *unused_dlse)
+            return backward_impl(ctx, dout, *unused_dlse)
+
+    # As in ops: the C apply underneath Function.apply (no setup_context, never under a transform).
+    base_apply = getattr(getattr(torch._C, "_FunctionBase", None), "__dict__", {}).get("apply")
+    if base_apply is not None and hasattr(base_apply, "__get__"):
+        return base_apply.__get__(None, HopattnVarlenFunction)
+    return HopattnVarlenFunction.apply
+
+
+_direct_apply = None  # (torch module, apply of _make_direct_function), built on the first gradient
+
+
+def _direct_function(torch, st):
+    global _direct_apply
+    if _direct_apply is None or _direct_apply[0] is not torch:
+        _direct_apply = (torch, _make_direct_function(torch, st))
+    return _direct_apply[1]
+
+
 def _run_torch(torch, q, k, v, index, max_seqlen_q, max_seqlen_k, causal, softmax_scale, return_lse,
-               check_index_values):
+               check_index_values, deterministic):
     _check_torch(torch, q, k, v, index)
-    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        raise NotImplementedError(NO_BACKWARD)
     scale = None if softmax_scale is None else float(softmax_scale)
     # is_compiling() first, as in hopattn.attention: dynamo reads it as True and never looks further.
-    if not torch.compiler.is_compiling() and _plain_eager(_direct(torch), (q, k, v, *index.values())):
-        return _launch(torch, q, k, v, index, max_seqlen_q, max_seqlen_k, causal, scale, check_index_values,
-                       return_lse)
+    if not torch.compiler.is_compiling():
+        st = _direct(torch)
+        if _plain_eager(st, (q, k, v, *index.values())):
+            if st.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+                return _direct_function(torch, st)(
+                    q, k, v, index["cu_seqlens_q"], index["cu_seqlens_k"], max_seqlen_q, max_seqlen_k,
+                    index["seqused_q"], index["seqused_k"], causal, scale, return_lse, check_index_values,
+                    deterministic,
+                )
+            return _launch(torch, q, k, v, index, max_seqlen_q, max_seqlen_k, causal, scale, check_index_values,
+                           return_lse)
     out, lse = _torch_ops_module().fwd_varlen(
         q, k, v, index["cu_seqlens_q"], index["cu_seqlens_k"], max_seqlen_q, max_seqlen_k, index["seqused_q"],
-        index["seqused_k"], causal, scale, check_index_values,
+        index["seqused_k"], causal, scale, check_index_values, deterministic,
     )
     return (out, lse) if return_lse else out
 
@@ -181,9 +383,10 @@ def _run_torch(torch, q, k, v, index, max_seqlen_q, max_seqlen_k, causal, softma
 
 
 def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=False,
-                     softmax_scale=None, seqused_q=None, seqused_k=None, return_lse=False, check_index_values=False):
+                     softmax_scale=None, seqused_q=None, seqused_k=None, return_lse=False, check_index_values=False,
+                     deterministic=False):
     """Exact softmax attention over a batch of sequences of different lengths, packed along the
-    token dim (FlashAttention-3's varlen layout). Forward only.
+    token dim (FlashAttention-3's varlen layout); differentiable on torch CUDA tensors.
 
     q: (total_q, heads_q, head_dim); k, v: (total_k, heads_kv, head_dim), heads_q a multiple of
     heads_kv (GQA/MQA); any strides with a contiguous last dim. Sequence b is rows
@@ -211,9 +414,21 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     (out, lse) with lse (heads_q, total_q) float32, the natural-log log-sum-exp of the scaled
     scores. Rows of q past cu_seqlens_q[batch] are not written (their contents are unspecified).
 
-    Not differentiable yet: NotImplementedError when grad mode is on and q, k or v requires grad
-    (use torch.no_grad() or detach() for inference). Under torch.compile and other tracing the call
-    is the custom op torch.ops.hopattn.fwd_varlen (no graph break); it has no autograd either.
+    Autograd (torch CUDA tensors): when grad mode is on and q, k or v requires grad, out is
+    differentiable with respect to q, k and v (the sm90 varlen backward, one launch for the batch,
+    on the head dims and dtypes with a backward kernel; q, k, v, out, lse and the index tensors are
+    saved, the backward's workspace comes from torch's allocator on the current stream). Gradients
+    are in q's dtype and packed like q, k, v; with GQA dk/dv are summed over each group's query
+    heads; rows past seqused, and rows past cu_seqlens[batch], get gradient 0. The index tensors,
+    lse and the other arguments get none. deterministic=True makes the backward bitwise
+    reproducible (no effect on the forward or on numpy inputs). The backward does not re-check the
+    index values (the forward did, with check_index_values; HOPATTN_DEBUG_CHECKS=1 checks both).
+    numpy inputs are forward only (the CPU reference has no varlen backward).
+
+    Two routes, the same kernels and bits, as hopattn.attention: a plain eager call goes straight to
+    the library (through a torch.autograd.Function when a gradient is needed); under torch.compile
+    and other tracing the call is the custom op torch.ops.hopattn.fwd_varlen (no graph break), whose
+    backward is hopattn::bwd_varlen.
     """
     _check_scale(softmax_scale)
     max_seqlen_q = _check_max_seqlen("max_seqlen_q", max_seqlen_q)
@@ -222,7 +437,7 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     torch = _torch_module_of(q)
     if torch is not None:
         return _run_torch(torch, q, k, v, index, max_seqlen_q, max_seqlen_k, bool(causal), softmax_scale,
-                          bool(return_lse), bool(check_index_values))
+                          bool(return_lse), bool(check_index_values), bool(deterministic))
     if _is_numpy_array(q):
         return _run_numpy(q, k, v, index, max_seqlen_q, max_seqlen_k, bool(causal), softmax_scale, bool(return_lse))
     raise TypeError(f"q: expected a torch.Tensor (CUDA) or numpy.ndarray, got {type(q).__name__}")

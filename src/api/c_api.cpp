@@ -232,3 +232,91 @@ int hopattn_quantize_fp8(const hopattn_fp8_quantize_args* args, void* stream) {
 }
 
 }  // extern "C"
+
+// ---- varlen backward (ABI 5) -------------------------------------------------------------------
+
+namespace {
+
+int to_args(const hopattn_varlen_bwd_args* a, hopattn::VarlenBackwardArgs* out) {
+  if (null_args(a)) return HOPATTN_INVALID_ARGUMENT;
+  if (!to_tensor(a->q, "q", &out->q) || !to_tensor(a->k, "k", &out->k) || !to_tensor(a->v, "v", &out->v) ||
+      !to_tensor(a->out, "out", &out->out) || !to_tensor(a->dout, "dout", &out->dout) ||
+      !to_tensor(a->dq, "dq", &out->dq) || !to_tensor(a->dk, "dk", &out->dk) || !to_tensor(a->dv, "dv", &out->dv) ||
+      !to_tensor(a->cu_seqlens_q, "cu_seqlens_q", &out->cu_seqlens_q) ||
+      !to_tensor(a->cu_seqlens_k, "cu_seqlens_k", &out->cu_seqlens_k) ||
+      !to_optional_tensor(a->seqused_q, "seqused_q", &out->seqused_q) ||
+      !to_optional_tensor(a->seqused_k, "seqused_k", &out->seqused_k))
+    return HOPATTN_INVALID_ARGUMENT;
+  // lse, as in forward: left out whenever data is NULL (the library then reports it as required).
+  if (a->lse.data != nullptr && !to_tensor(a->lse, "lse", &out->lse)) return HOPATTN_INVALID_ARGUMENT;
+  out->max_seqlen_q = a->max_seqlen_q;
+  out->max_seqlen_k = a->max_seqlen_k;
+  out->causal = a->causal != 0;
+  if (a->has_softmax_scale) out->softmax_scale = a->softmax_scale;
+  out->deterministic = a->deterministic != 0;
+  out->check_index_values = a->check_index_values != 0;
+  return HOPATTN_SUCCESS;
+}
+
+}  // namespace
+
+extern "C" {
+
+size_t hopattn_backward_varlen_workspace_size(const hopattn_varlen_bwd_args* args) {
+  hopattn::VarlenBackwardArgs a;
+  if (to_args(args, &a) != HOPATTN_SUCCESS) return 0;
+  return hopattn::backward_varlen_workspace_size(a);
+}
+
+int hopattn_backward_varlen(const hopattn_varlen_bwd_args* args, void* workspace, size_t workspace_bytes, void* stream) {
+  hopattn::VarlenBackwardArgs a;
+  if (int rc = to_args(args, &a); rc != HOPATTN_SUCCESS) return rc;
+  return finish(hopattn::backward_varlen(a, workspace, workspace_bytes, static_cast<cudaStream_t>(stream)));
+}
+
+}  // extern "C"
+
+// ---- KV-cache decoding ---------------------------------------------------------------------------
+
+namespace {
+
+int to_args(const hopattn_kvcache_args* a, hopattn::KvCacheArgs* out) {
+  if (null_args(a)) return HOPATTN_INVALID_ARGUMENT;
+  if (!to_tensor(a->q, "q", &out->q) || !to_tensor(a->k_cache, "k_cache", &out->k_cache) ||
+      !to_tensor(a->v_cache, "v_cache", &out->v_cache) ||
+      !to_tensor(a->cache_seqlens, "cache_seqlens", &out->cache_seqlens) ||
+      !to_optional_tensor(a->page_table, "page_table", &out->page_table) ||
+      !to_optional_tensor(a->k_new, "k_new", &out->k_new) || !to_optional_tensor(a->v_new, "v_new", &out->v_new) ||
+      !to_tensor(a->out, "out", &out->out) || !to_optional_tensor(a->lse, "lse", &out->lse))
+    return HOPATTN_INVALID_ARGUMENT;
+  out->causal = a->causal != 0;
+  if (a->has_softmax_scale) out->softmax_scale = a->softmax_scale;
+  out->num_splits = a->num_splits;
+  out->check_index_values = a->check_index_values != 0;
+  return HOPATTN_SUCCESS;
+}
+
+}  // namespace
+
+extern "C" {
+
+size_t hopattn_attention_with_kvcache_workspace_size(const hopattn_kvcache_args* args) {
+  hopattn::KvCacheArgs a;
+  if (to_args(args, &a) != HOPATTN_SUCCESS) return 0;
+  return hopattn::attention_with_kvcache_workspace_size(a);
+}
+
+int hopattn_attention_with_kvcache(const hopattn_kvcache_args* args, void* workspace, size_t workspace_bytes,
+                                   void* stream) {
+  hopattn::KvCacheArgs a;
+  if (int rc = to_args(args, &a); rc != HOPATTN_SUCCESS) return rc;
+  return finish(hopattn::attention_with_kvcache(a, workspace, workspace_bytes, static_cast<cudaStream_t>(stream)));
+}
+
+int hopattn_attention_with_kvcache_cpu(const hopattn_kvcache_args* args) {
+  hopattn::KvCacheArgs a;
+  if (int rc = to_args(args, &a); rc != HOPATTN_SUCCESS) return rc;
+  return finish(hopattn::attention_with_kvcache_cpu(a));
+}
+
+}  // extern "C"

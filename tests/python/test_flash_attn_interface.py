@@ -1,8 +1,9 @@
 # hopattn.flash_attn_interface, the drop-in for FlashAttention-3's flash_attn_interface module.
 #  - Everywhere (no torch, no library): the signatures equal FA3's (names, order, defaults); every
 #    unsupported argument raises NotImplementedError naming it, before any tensor is looked at; the
-#    KV-cache entry points raise; importing it imports no torch. (flash_attn_varlen_func's results
-#    are tested with hopattn.varlen_attention in test_varlen.py.)
+#    KV-cache entry points raise; importing it imports no torch; flash_attn_varlen_func hands every
+#    supported argument, deterministic included, to hopattn.varlen_attention. (Its results and
+#    gradients are tested with hopattn.varlen_attention in test_varlen.py.)
 #  - With the library (numpy, CPU reference): the supported functions return what hopattn.attention
 #    returns, in FA3's return conventions.
 #  - With torch on the CPU: unsupported arguments are reported before the CUDA-device check.
@@ -112,6 +113,23 @@ def test_flash_attn_varlen_func_names_each_unsupported_argument(argument):
     with pytest.raises(NotImplementedError, match=rf"^flash_attn_varlen_func: {argument}="):
         fai.flash_attn_varlen_func(SENTINEL, SENTINEL, SENTINEL, SENTINEL, SENTINEL, 8, 8,
                                    **{argument: UNSUPPORTED[argument]})
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_flash_attn_varlen_func_passes_its_arguments_through(monkeypatch, deterministic):
+    # deterministic reaches varlen_attention (and so the varlen backward), as every mapped argument.
+    from hopattn import varlen
+
+    calls = []
+    monkeypatch.setattr(varlen, "varlen_attention", lambda *args, **kw: calls.append((args, kw)) or "out")
+    q, k, v, cu_q, cu_k, used_q, used_k = (np.zeros(1) for _ in range(7))
+    assert fai.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 8, 9, seqused_q=used_q, seqused_k=used_k,
+                                      softmax_scale=0.5, causal=True, deterministic=deterministic,
+                                      return_attn_probs=True) == "out"
+    (args, kw), = calls
+    assert all(a is b for a, b in zip(args, (q, k, v, cu_q, cu_k))) and args[5:] == (8, 9)
+    assert kw == dict(causal=True, softmax_scale=0.5, seqused_q=used_q, seqused_k=used_k, return_lse=True,
+                      deterministic=deterministic)
 
 
 @pytest.mark.parametrize("window_size", [(-1, 0), (0, -1), (4, 4), None, 5])

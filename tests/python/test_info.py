@@ -1,6 +1,6 @@
 # `python -m hopattn.info` (python/hopattn/info.py): exits 0 and reports what it can with or without
 # the library, torch and a GPU; its facts agree with build_info(), CMakeLists.txt's GPU target and
-# the feature set (varlen: forward only; KV cache: not yet).
+# the feature set (varlen: forward and backward; KV cache: not yet).
 import importlib.util
 import json
 import os
@@ -59,7 +59,7 @@ def test_text_with_the_library(lib):
     assert f"  version: {build['version']} (C ABI {build['abi_version']})" in result.stdout
     assert f"  instantiations: {', '.join(build['instantiations'])}" in result.stdout
     assert "\nGPU: " in result.stdout and "\nfeatures:\n" in result.stdout
-    assert re.search(r"varlen \(varlen_attention, flash_attn_varlen_func\)\s+forward only", result.stdout)
+    assert re.search(r"varlen \(varlen_attention, flash_attn_varlen_func\)\s+forward and backward", result.stdout)
 
 
 def test_facts_agree_with_build_info(lib):

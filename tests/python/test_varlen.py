@@ -5,12 +5,19 @@
 #    sequence alone (bitwise: the same reference code) and a float64 formula, for mixed lengths
 #    including 0 and 1, GQA/MQA, causal with len_q != len_k, seqused, strided views; the library's
 #    errors (index dtype, length, values) reach the exception with the argument named.
-#  - With torch, no GPU: CPU tensors refused as by hopattn.attention; with fake CUDA tensors, the
-#    gradient refusal, index checks, and dynamo tracing the call as one op (hopattn::fwd_varlen);
-#    with the library, that op's CPU kernel against numpy and torch.library.opcheck.
+#  - The C ABI's varlen backward (no GPU needed): malformed structs and invalid arguments rejected
+#    with the argument named, before any device is touched.
+#  - With torch, no GPU: CPU tensors refused as by hopattn.attention; with fake CUDA tensors,
+#    gradients through the op route (hopattn::bwd_varlen's fake), index checks, and dynamo tracing
+#    the call as one op (hopattn::fwd_varlen); with the library, the ops' CPU kernels (bwd_varlen's:
+#    the dense CPU reference per sequence) against numpy, torch.library.opcheck of both ops and of
+#    fwd_varlen's autograd, torch.compile(fullgraph=True) forward+backward, and the direct route's
+#    autograd.Function on CPU tensors against the op's autograd.
 #  - With torch, the library and an sm_90 GPU: bf16/fp16 against per-sequence hopattn.attention
-#    (the same kernel family) and the CPU reference, seqused, check_index_values, the gradient
-#    refusal, the op route, streams, and flash_attn_varlen_func.
+#    (the same kernel family) and the CPU reference, seqused, check_index_values, the op route,
+#    streams, and flash_attn_varlen_func; gradients against per-sequence hopattn.attention
+#    gradients (causal or not, GQA/MQA, lengths 0 and 1, seqused, padding rows), deterministic
+#    backward bitwise, both routes bitwise, and torch.compile(fullgraph=True) against eager.
 import inspect
 
 import numpy as np
@@ -19,7 +26,6 @@ import pytest
 import hopattn
 from hopattn import flash_attn_interface as fai
 from hopattn import ops
-from hopattn.varlen import NO_BACKWARD
 from hopattn_test_support import gpu_kernel_pair, naive_attention, op_route, optional_torch, rel_l2, require_library_or_skip_module
 
 torch, HAS_SM90, needs_torch, needs_gpu = optional_torch()
@@ -92,6 +98,7 @@ def test_signature():
         ("q", empty), ("k", empty), ("v", empty), ("cu_seqlens_q", empty), ("cu_seqlens_k", empty),
         ("max_seqlen_q", empty), ("max_seqlen_k", empty), ("causal", False), ("softmax_scale", None),
         ("seqused_q", None), ("seqused_k", None), ("return_lse", False), ("check_index_values", False),
+        ("deterministic", False),
     ]
     assert "varlen_attention" in hopattn.__all__
 
@@ -311,6 +318,91 @@ def test_c_abi_rejects_malformed_structs(lib):
     np.testing.assert_array_equal(out, want)
 
 
+def host_tensor(shape, code):
+    """A HopattnTensor over a fresh zeroed host buffer: 2-byte elements for bf16/fp16 codes, int32
+    for DTYPE_INT32. Returns (tensor, buffer); keep the buffer alive while the tensor is used."""
+    from hopattn import _lib
+
+    buf = np.zeros(shape, np.int32 if code == _lib.DTYPE_INT32 else np.uint16)
+    return _lib.make_tensor(buf.ctypes.data, code, shape, [s // buf.itemsize for s in buf.strides]), buf
+
+
+def backward_kernel_or_skip():
+    """(dtype code, head_dim) of a backward kernel in this build (the validation ends with a kernel check)."""
+    from hopattn import _lib
+
+    pairs = sorted((d, h) for kind, d, h in hopattn.build_info()["kernels"] if kind == "bwd")
+    if not pairs:
+        pytest.skip("no backward kernel in this build")
+    dtype, head_dim = pairs[0]
+    return {"bf16": _lib.DTYPE_BF16, "fp16": _lib.DTYPE_FP16}[dtype], head_dim
+
+
+def varlen_bwd_struct(code, head_dim, total_q=9, total_k=8, heads_q=4, heads_kv=2, batch=3):
+    """A well-formed HopattnVarlenBwdArgs over host buffers (no seqused), and the buffers."""
+    from hopattn import _lib
+
+    keep, t = [], {}
+    for name, rows, heads in (("q", total_q, heads_q), ("k", total_k, heads_kv), ("v", total_k, heads_kv),
+                              ("out", total_q, heads_q), ("dout", total_q, heads_q), ("dq", total_q, heads_q),
+                              ("dk", total_k, heads_kv), ("dv", total_k, heads_kv)):
+        t[name], buf = host_tensor((rows, heads, head_dim), code)
+        keep.append(buf)
+    lse = np.zeros((heads_q, total_q), np.float32)
+    keep.append(lse)
+    t["lse"] = ops._numpy_tensor("lse", lse)
+    for name in ("cu_seqlens_q", "cu_seqlens_k"):
+        t[name], buf = host_tensor((batch + 1,), _lib.DTYPE_INT32)
+        keep.append(buf)
+    args = _lib.make_varlen_bwd_args(t["q"], t["k"], t["v"], t["out"], t["dout"], t["lse"], t["dq"], t["dk"], t["dv"],
+                                     t["cu_seqlens_q"], t["cu_seqlens_k"], None, None, 4, 4, True, None, True, False)
+    return args, keep
+
+
+def test_c_abi_backward_rejects_malformed_structs_and_arguments(lib):
+    # Every case fails validation, which runs before any device is looked at: safe with or without a GPU.
+    from hopattn import _lib
+
+    c = _lib.load()
+    assert c.hopattn_backward_varlen(None, None, 0, None) == _lib.STATUS_INVALID_ARGUMENT
+    assert _lib.last_error() == "args is null"
+    assert c.hopattn_backward_varlen_workspace_size(None) == 0
+    code, head_dim = backward_kernel_or_skip()
+    other, names = 1 - code, {_lib.DTYPE_BF16: "bf16", _lib.DTYPE_FP16: "fp16"}
+    cases = [
+        ("cu_seqlens_k", "dtype", 99, "cu_seqlens_k: unknown dtype code 99"),
+        ("dv", "ndim", 5, "dv: ndim 5 out of range"),
+        ("seqused_q", "dtype", -1, "seqused_q: unknown dtype code -1"),  # present (ndim 1), bad dtype
+        ("dout", "dtype", other, f"dout: dtype {names[other]} differs from q's {names[code]}"),
+        ("dq", "sizes", 7, "dq.sizes[0]=7 but q.sizes[0]=9"),
+        ("lse", "data", None, "lse: required by backward_varlen"),
+        ("max_seqlen_k", None, -2, "max_seqlen_k=-2 is negative"),
+    ]
+    for field, attr, value, message in cases:
+        args, keep = varlen_bwd_struct(code, head_dim)
+        if field == "seqused_q":
+            args.seqused_q, buf = host_tensor((3,), _lib.DTYPE_INT32)
+            keep.append(buf)
+        if attr is None:
+            setattr(args, field, value)
+        elif attr == "sizes":
+            getattr(args, field).sizes[0] = value
+        else:
+            setattr(getattr(args, field), attr, value)
+        assert c.hopattn_backward_varlen_workspace_size(args) == 0, field
+        assert c.hopattn_backward_varlen(args, None, 0, None) == _lib.STATUS_INVALID_ARGUMENT, field
+        assert _lib.last_error().startswith(message), (field, _lib.last_error())
+
+
+def test_c_abi_backward_struct_as_python_packs_it_validates(lib):
+    # The library reads the struct Python packs: a well-formed one passes validation, so its
+    # workspace size is the backward kernel's (a size query; nothing runs, no device needed).
+    from hopattn import _lib
+
+    args, keep = varlen_bwd_struct(*backward_kernel_or_skip())
+    assert _lib.load().hopattn_backward_varlen_workspace_size(args) > 0
+
+
 def test_errors_carry_the_library_status(lib):
     q, k, v, cu_q, cu_k = error_inputs()
     with pytest.raises(hopattn.HopattnError) as info:
@@ -341,23 +433,52 @@ def test_torch_cpu_tensors_are_refused_as_by_attention():
 
 
 @needs_custom_op
-def test_requires_grad_raises_not_implemented():
+def test_gradients_with_fake_tensors():
+    # The op route (a dispatch mode is active): hopattn::fwd_varlen with its autograd; no library or
+    # GPU involved.
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     mode = FakeTensorMode()
     q, k, v, cu_q, cu_k = fake_packed(mode, requires_grad=True)
     with mode:
-        with pytest.raises(NotImplementedError) as info:
-            hopattn.varlen_attention(q, k, v, cu_q, cu_k, 16, 16)
-        assert str(info.value) == NO_BACKWARD == "hopattn varlen backward is not implemented yet (issue 6)"
-        with pytest.raises(NotImplementedError, match="varlen backward"):
-            fai.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 16, 16)
-        with torch.no_grad():  # no gradient needed: fine
-            out, lse = hopattn.varlen_attention(q, k, v, cu_q, cu_k, 16, 16, return_lse=True)
+        k.requires_grad_()
+        out, lse = hopattn.varlen_attention(q, k, v, cu_q, cu_k, 16, 16, causal=True, return_lse=True,
+                                            deterministic=True)
+        assert out.requires_grad and not lse.requires_grad
         assert out.shape == (40, 4, 64) and out.dtype == torch.bfloat16 and out.is_contiguous()
         assert lse.shape == (4, 40) and lse.dtype == torch.float32
-        out = hopattn.varlen_attention(q.detach(), k, v, cu_q, cu_k, 16, 16)
+        # The op's registered autograd (running it would need a CUDA device for autograd's engine;
+        # the fake backward itself is tested below).
+        assert "hopattn_fwd_varlen" in out.grad_fn.name()
+        out = fai.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 16, 16, deterministic=True)
+        assert out.requires_grad
+        with torch.no_grad():  # no gradient needed: no history
+            out = hopattn.varlen_attention(q, k, v, cu_q, cu_k, 16, 16)
         assert not out.requires_grad
+        out = hopattn.varlen_attention(q.detach(), k.detach(), v, cu_q, cu_k, 16, 16)
+        assert not out.requires_grad
+
+
+@needs_custom_op
+def test_fake_backward_checks_dout_and_lays_gradients_out_like_the_inputs():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from hopattn import torch_ops
+
+    mode = FakeTensorMode()
+    q, k, v, cu_q, cu_k = fake_packed(mode)
+    with mode:
+        # Heads-major storage viewed as (total, heads, head_dim): zeros_like keeps the permutation.
+        q = q.transpose(0, 1).contiguous().transpose(0, 1)
+        out, lse = torch_ops.fwd_varlen(q, k, v, cu_q, cu_k, 16, 16)
+        dq, dk, dv = torch_ops.bwd_varlen(torch.empty_like(out), q, k, v, out, lse, cu_q, cu_k, 16, 16, None, None,
+                                          True, None, False)
+        for grad, like in ((dq, q), (dk, k), (dv, v)):
+            assert grad.shape == like.shape and grad.dtype == like.dtype and grad.stride() == like.stride()
+        with pytest.raises(ValueError, match=r"dout: shape \(20, 4, 64\) differs from q's \(40, 4, 64\)"):
+            torch_ops.bwd_varlen(out[:20], q, k, v, out, lse, cu_q, cu_k, 16, 16, None, None, True, None, False)
+        with pytest.raises(ValueError, match="cu_seqlens_k: dtype must be int32"):
+            torch_ops.bwd_varlen(out, q, k, v, out, lse, cu_q, cu_k.long(), 16, 16, None, None, True, None, False)
 
 
 @needs_custom_op
@@ -408,7 +529,13 @@ def test_op_schema():
     assert str(torch_ops.fwd_varlen._schema) == (
         "hopattn::fwd_varlen(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, "
         "SymInt max_seqlen_q, SymInt max_seqlen_k, Tensor? seqused_q=None, Tensor? seqused_k=None, "
-        "bool causal=False, float? softmax_scale=None, bool check_index_values=False) -> (Tensor, Tensor)"
+        "bool causal=False, float? softmax_scale=None, bool check_index_values=False, "
+        "bool deterministic=False) -> (Tensor, Tensor)"
+    )
+    assert str(torch_ops.bwd_varlen._schema) == (
+        "hopattn::bwd_varlen(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, "
+        "Tensor cu_seqlens_q, Tensor cu_seqlens_k, SymInt max_seqlen_q, SymInt max_seqlen_k, Tensor? seqused_q, "
+        "Tensor? seqused_k, bool causal, float? softmax_scale, bool deterministic) -> (Tensor, Tensor, Tensor)"
     )
 
 
@@ -427,6 +554,158 @@ def test_op_cpu_kernel_equals_numpy(lib, causal):
     torch.library.opcheck(torch_ops.fwd_varlen, (q, k, v, cu_q, cu_k, 9, 9), {"causal": causal})
     with pytest.raises(ValueError, match="cu_seqlens_q: dtype must be int32"):
         torch_ops.fwd_varlen(q, k, v, cu_q.long(), cu_k, 9, 9)
+
+
+def per_sequence_grads(q, k, v, dout, cu_q, cu_k, used_q=None, used_k=None, **kw):
+    """dq, dk, dv (zeros where no sequence reaches) from hopattn.attention_backward (numpy, the dense
+    CPU reference) on each sequence alone: the definition bwd_varlen's CPU kernel follows."""
+    dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
+    for b in range(len(cu_q) - 1):
+        sq = cu_q[b + 1] - cu_q[b] if used_q is None else used_q[b]
+        sk = cu_k[b + 1] - cu_k[b] if used_k is None else used_k[b]
+        if sq == 0 or sk == 0:
+            continue
+        rows, keys = slice(int(cu_q[b]), int(cu_q[b] + sq)), slice(int(cu_k[b]), int(cu_k[b] + sk))
+        g = hopattn.attention_backward(q[None, rows], k[None, keys], v[None, keys], dout[None, rows], **kw)
+        dq[rows], dk[keys], dv[keys] = g[0][0], g[1][0], g[2][0]
+    return dq, dk, dv
+
+
+# (lens_q, lens_k, heads_q, heads_kv, used_q, used_k, pad_q, pad_k)
+CPU_GRAD_CASES = {
+    "mixed-with-0-and-1": ([5, 0, 1, 9, 3], [3, 4, 1, 9, 0], 4, 2, None, None, 0, 0),
+    "mqa-q-longer": ([7, 2], [3, 2], 4, 1, None, None, 0, 0),
+    "seqused": ([6, 5, 4, 0], [8, 5, 3, 2], 4, 2, [6, 2, 0, 0], [3, 5, 1, 0], 0, 0),
+    "padding-rows": ([3, 5], [4, 2], 2, 2, None, None, 4, 7),
+}
+
+
+@needs_custom_op
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("case", list(CPU_GRAD_CASES))
+def test_op_cpu_gradients_equal_the_per_sequence_reference(lib, case, causal):
+    # Autograd through hopattn::fwd_varlen (CPU kernel) runs hopattn::bwd_varlen's CPU kernel.
+    from hopattn import torch_ops
+
+    lens_q, lens_k, hq, hkv, used_q, used_k, pad_q, pad_k = CPU_GRAD_CASES[case]
+    arrays = packed_inputs(lens_q, lens_k, hq, hkv, 16, seed=9, pad_q=pad_q, pad_k=pad_k)
+    used_q, used_k = (None if u is None else np.array(u, np.int32) for u in (used_q, used_k))
+    q, k, v = (torch.from_numpy(x).requires_grad_() for x in arrays[:3])
+    cu_q, cu_k = (torch.from_numpy(x) for x in arrays[3:])
+    used = [None if u is None else torch.from_numpy(u) for u in (used_q, used_k)]
+    out, lse = torch_ops.fwd_varlen(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), *used, causal, 0.3)
+    assert out.requires_grad and not lse.requires_grad
+    dout = torch.from_numpy(np.random.default_rng(10).standard_normal(out.shape).astype(np.float32))
+    grads = torch.autograd.grad(out, (q, k, v), dout)
+    want = per_sequence_grads(*arrays[:3], dout.numpy(), arrays[3], arrays[4], used_q, used_k, causal=causal,
+                              softmax_scale=0.3)
+    for name, got, w in zip(("dq", "dk", "dv"), grads, want):
+        np.testing.assert_array_equal(got.numpy(), w, err_msg=name)
+    # Rows past seqused and past cu_seqlens[batch] (padding) get exactly 0.
+    assert not grads[0][int(arrays[3][-1]):].any() and not grads[1][int(arrays[4][-1]):].any()
+
+
+@needs_custom_op
+def test_opcheck_backward_and_autograd_cpu(lib):
+    from hopattn import torch_ops
+
+    arrays = packed_inputs([5, 0, 1, 9], [3, 4, 1, 9], 4, 2, 16, seed=11)
+    q, k, v = (torch.from_numpy(x).requires_grad_() for x in arrays[:3])
+    cu_q, cu_k = (torch.from_numpy(x) for x in arrays[3:])
+    used_k = torch.tensor([3, 2, 1, 9], dtype=torch.int32)
+    # fwd_varlen with inputs that require grad: opcheck also checks its registered autograd.
+    torch.library.opcheck(torch_ops.fwd_varlen, (q, k, v, cu_q, cu_k, 9, 9), {"seqused_k": used_k, "causal": True})
+    with torch.no_grad():
+        out, lse = torch_ops.fwd_varlen(q, k, v, cu_q, cu_k, 9, 9, None, used_k, True)
+    dout = torch.randn_like(out)
+    detached = [t.detach() for t in (q, k, v)]
+    torch.library.opcheck(torch_ops.bwd_varlen, (dout, *detached, out, lse, cu_q, cu_k, 9, 9, None, used_k, True, 0.5,
+                                                 True))
+    with pytest.raises(ValueError, match=r"hopattn varlen CPU reference backward: cu_seqlens_q\[2\]=2 is less"):
+        torch_ops.bwd_varlen(dout, *detached, out, lse, torch.tensor([0, 5, 2, 6, 15], dtype=torch.int32), cu_k, 9, 9,
+                             None, None, False, None, False)
+
+
+@needs_custom_op
+def test_autograd_saves_inputs_outputs_and_index_tensors(lib):
+    from hopattn import torch_ops
+
+    arrays = packed_inputs([3, 4], [5, 2], 2, 1, 16, seed=12)
+    q, k, v = (torch.from_numpy(x).requires_grad_() for x in arrays[:3])
+    cu_q, cu_k = (torch.from_numpy(x) for x in arrays[3:])
+    out, lse = torch_ops.fwd_varlen(q, k, v, cu_q, cu_k, 4, 5)
+    saved = out.grad_fn.saved_tensors
+    assert [t.data_ptr() for t in saved[:7]] == [t.data_ptr() for t in (q, k, v, out, lse, cu_q, cu_k)]
+    assert saved[7:] == (None, None)  # no seqused
+
+
+@needs_custom_op
+def test_compile_fullgraph_forward_backward_on_cpu(lib):
+    # AOTAutograd traces hopattn::fwd_varlen's autograd: hopattn::bwd_varlen lands in the backward graph.
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+
+    from hopattn import torch_ops
+
+    graphs = {}
+
+    def record(name):
+        def compiler(gm, example_inputs):
+            graphs[name] = gm
+            return make_boxed_func(gm.forward)
+        return compiler
+
+    def block(q, k, v, w, cu_q, cu_k):
+        out, _ = torch_ops.fwd_varlen(q * w, k, v, cu_q, cu_k, 9, 9, None, None, True, None, False, True)
+        return (out * w).sum(dim=-1)
+
+    arrays = packed_inputs([5, 0, 1, 9], [3, 4, 1, 9], 4, 2, 16, seed=13)
+    q, k, v = (torch.from_numpy(x).requires_grad_() for x in arrays[:3])
+    cu_q, cu_k = (torch.from_numpy(x) for x in arrays[3:])
+    w = torch.rand(16, requires_grad=True)
+    leaves = (q, k, v, w)
+    torch._dynamo.reset()
+    compiled = torch.compile(block, backend=aot_autograd(fw_compiler=record("fw"), bw_compiler=record("bw")),
+                             fullgraph=True)
+    compiled(*leaves, cu_q, cu_k).sum().backward()
+    compiled_grads = [t.grad.clone() for t in leaves]
+    for t in leaves:
+        t.grad = None
+    block(*leaves, cu_q, cu_k).sum().backward()
+    for name, got, t in zip(("q", "k", "v", "w"), compiled_grads, leaves):
+        torch.testing.assert_close(got, t.grad, rtol=1e-6, atol=1e-6, msg=name)
+    targets = {name: {node.target for node in gm.graph.nodes} for name, gm in graphs.items()}
+    assert torch.ops.hopattn.fwd_varlen.default in targets["fw"]
+    assert torch.ops.hopattn.bwd_varlen.default in targets["bw"]
+
+
+@needs_custom_op
+def test_direct_route_function_on_cpu_equals_the_op(lib):
+    # The direct route's autograd.Function (varlen._make_direct_function) over CPU tensors, where
+    # its launches fall back to the CPU kernels: the same gradients as hopattn::fwd_varlen's autograd.
+    from hopattn import torch_ops, varlen
+
+    apply = varlen._make_direct_function(torch, ops._direct(torch))
+    arrays = packed_inputs([6, 5, 4, 0], [8, 5, 3, 2], 4, 2, 16, seed=14)
+    cu_q, cu_k = (torch.from_numpy(x) for x in arrays[3:])
+    used_q = torch.tensor([6, 2, 0, 0], dtype=torch.int32)
+    dout = torch.from_numpy(np.random.default_rng(15).standard_normal(arrays[0].shape).astype(np.float32))
+    leaves = [torch.from_numpy(x).requires_grad_() for x in arrays[:3]]
+    out, lse = apply(*leaves, cu_q, cu_k, 6, 8, used_q, None, True, 0.25, True, False, True)
+    assert out.requires_grad and not lse.requires_grad
+    assert len(out.grad_fn.saved_tensors) == 9  # q, k, v, out, lse, cu_seqlens_q/k, seqused_q/k
+    got = torch.autograd.grad(out, leaves, dout)
+    twins = [t.detach().clone().requires_grad_() for t in leaves]
+    want_out, want_lse = torch_ops.fwd_varlen(*twins, cu_q, cu_k, 6, 8, used_q, None, True, 0.25, False, True)
+    want = torch.autograd.grad(want_out, twins, dout)
+    assert torch.equal(out, want_out) and torch.equal(lse, want_lse)
+    for name, a, b in zip(("dq", "dk", "dv"), got, want):
+        assert torch.equal(a, b), name
+    out = apply(*leaves, cu_q, cu_k, 6, 8, used_q, None, True, 0.25, False, False, False)  # out only
+    (dq,) = torch.autograd.grad(out, leaves[:1], dout, create_graph=True)
+    assert torch.equal(dq, got[0])
+    with pytest.raises(RuntimeError):  # no double backward (once_differentiable), as the op
+        dq.sum().backward()
 
 
 # --- GPU ------------------------------------------------------------------------------------------
@@ -540,17 +819,221 @@ def test_gpu_argument_errors(lib):
 
 
 @needs_gpu
-def test_gpu_requires_grad_raises(lib):
-    dtype, head_dim = gpu_setup()
+def test_gpu_grad_mode_records_history_and_no_grad_none(lib):
+    dtype, head_dim = gpu_grad_setup()
     q, k, v, cu_q, cu_k = gpu_packed([10, 20], [10, 20], 2, 2, head_dim, dtype, seed=5)
+    want, want_lse = hopattn.varlen_attention(q, k, v, cu_q, cu_k, 20, 20, return_lse=True)
     for leaf in ("q", "k", "v"):
         args = {"q": q, "k": k, "v": v}
         args[leaf] = args[leaf].detach().clone().requires_grad_()
-        with pytest.raises(NotImplementedError, match=r"^hopattn varlen backward is not implemented yet \(issue 6\)$"):
-            hopattn.varlen_attention(args["q"], args["k"], args["v"], cu_q, cu_k, 20, 20)
+        out, lse = hopattn.varlen_attention(args["q"], args["k"], args["v"], cu_q, cu_k, 20, 20, return_lse=True)
+        assert out.requires_grad and out.grad_fn is not None and not lse.requires_grad
+        assert torch.equal(out.detach(), want) and torch.equal(lse, want_lse)  # the same forward
         with torch.no_grad():
             out = hopattn.varlen_attention(args["q"], args["k"], args["v"], cu_q, cu_k, 20, 20)
-        assert torch.equal(out, hopattn.varlen_attention(q, k, v, cu_q, cu_k, 20, 20))
+        assert not out.requires_grad and torch.equal(out, want)
+
+
+def gpu_grad_setup():
+    """(torch dtype, head_dim) with forward and backward kernels in this build."""
+    return gpu_kernel_pair(want_backward=True, prefer_head_dim=128)
+
+
+GRAD_REL_L2 = 2e-2  # bf16/fp16 gradients against per-sequence hopattn.attention (same kernel family)
+
+
+def gpu_dout(like, seed):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    return torch.randn(like.shape, generator=gen, device="cuda").to(like.dtype)
+
+
+def varlen_grads(q, k, v, dout, *args, **kw):
+    """dq, dk, dv of hopattn.varlen_attention(q, k, v, *args, **kw) given dout (fresh leaves)."""
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    out = hopattn.varlen_attention(*leaves, *args, **kw)
+    grads = torch.autograd.grad(out, leaves, dout)
+    for g, t in zip(grads, (q, k, v)):
+        assert g.shape == t.shape and g.dtype == t.dtype
+    return grads
+
+
+def per_sequence_attention_grads(q, k, v, dout, cu_q, cu_k, used_q=None, used_k=None, **kw):
+    """[(rows, keys, dq_b, dk_b, dv_b)]: hopattn.attention's gradients on each sequence alone (a batch
+    of 1; its first seqused tokens when given); zeros for a sequence with no query or no key."""
+    results = []
+    for b in range(len(cu_q) - 1):
+        sq = cu_q[b + 1] - cu_q[b] if used_q is None else used_q[b]
+        sk = cu_k[b + 1] - cu_k[b] if used_k is None else used_k[b]
+        rows, keys = slice(int(cu_q[b]), int(cu_q[b] + sq)), slice(int(cu_k[b]), int(cu_k[b] + sk))
+        if sq == 0 or sk == 0:
+            zeros = (torch.zeros_like(q[rows]), torch.zeros_like(k[keys]), torch.zeros_like(v[keys]))
+            results.append((rows, keys, *zeros))
+            continue
+        leaves = [t[None, r].detach().clone().requires_grad_() for t, r in ((q, rows), (k, keys), (v, keys))]
+        out = hopattn.attention(*leaves, **kw)
+        grads = torch.autograd.grad(out, leaves, dout[None, rows])
+        results.append((rows, keys, *(g[0] for g in grads)))
+    return results
+
+
+def assert_grad_close(got, want, what):
+    got, want = got.float(), want.float()
+    if want.numel() == 0 or not want.any():
+        assert not got.any(), f"{what}: expected zeros"
+        return
+    err = rel_l2(got, want)
+    assert err <= GRAD_REL_L2, f"{what}: rel-L2 {err:.3e}"
+
+
+def assert_per_sequence_grads(grads, q, k, v, dout, cu_q, cu_k, used_q=None, used_k=None, **kw):
+    dq, dk, dv = grads
+    cu_q, cu_k = cu_q.cpu().tolist(), cu_k.cpu().tolist()
+    for b, (rows, keys, wq, wk, wv) in enumerate(
+            per_sequence_attention_grads(q, k, v, dout, cu_q, cu_k, used_q, used_k, **kw)):
+        assert_grad_close(dq[rows], wq, f"dq of sequence {b}")
+        assert_grad_close(dk[keys], wk, f"dk of sequence {b}")
+        assert_grad_close(dv[keys], wv, f"dv of sequence {b}")
+
+
+@needs_gpu
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("case", list(GPU_CASES))
+def test_gpu_gradients_match_per_sequence_attention(lib, case, causal):
+    # "mixed": GQA 8/2 with lengths 0 and 1 on either side, partial and several tiles; "mha";
+    # "q-longer-than-k": MQA, causal rows that see no key (dq 0 there).
+    dtype, head_dim = gpu_grad_setup()
+    lens_q, lens_k, hq, hkv = GPU_CASES[case]
+    q, k, v, cu_q, cu_k = gpu_packed(lens_q, lens_k, hq, hkv, head_dim, dtype, seed=11)
+    dout = gpu_dout(q, seed=12)
+    grads = varlen_grads(q, k, v, dout, cu_q, cu_k, max(lens_q), max(lens_k), causal=causal)
+    assert_per_sequence_grads(grads, q, k, v, dout, cu_q, cu_k, causal=causal)
+
+
+@needs_gpu
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_gpu_gradients_with_seqused(lib, causal):
+    dtype, head_dim = gpu_grad_setup()
+    lens_q, lens_k = [100, 64, 3, 0], [150, 64, 200, 9]
+    used_q, used_k = [100, 10, 0, 0], [70, 64, 150, 0]
+    q, k, v, cu_q, cu_k = gpu_packed(lens_q, lens_k, 4, 2, head_dim, dtype, seed=13)
+    dout = gpu_dout(q, seed=14)
+    grads = varlen_grads(q, k, v, dout, cu_q, cu_k, 100, 200, causal=causal, softmax_scale=0.1,
+                         seqused_q=torch.tensor(used_q, dtype=torch.int32, device="cuda"),
+                         seqused_k=torch.tensor(used_k, dtype=torch.int32, device="cuda"))
+    assert_per_sequence_grads(grads, q, k, v, dout, cu_q, cu_k, used_q, used_k, causal=causal, softmax_scale=0.1)
+    dq, dk, dv = grads
+    cq, ck = cu_q.cpu().tolist(), cu_k.cpu().tolist()
+    for b in range(4):  # rows in [seqused, length): gradient exactly 0 (no query; keys no query saw)
+        assert not dq[cq[b] + used_q[b]:cq[b + 1]].any(), b
+        assert not dk[ck[b] + used_k[b]:ck[b + 1]].any() and not dv[ck[b] + used_k[b]:ck[b + 1]].any(), b
+    assert dq[0:100].any() and not dq[110:164].any()
+
+
+@needs_gpu
+def test_gpu_padding_rows_get_zero_gradients(lib):
+    # q, k, v with rows past cu_seqlens[batch] (a preallocated buffer): those rows take no part, so
+    # their gradient is 0, not whatever the allocator held (FlashAttention's issue #1228).
+    dtype, head_dim = gpu_grad_setup()
+    lens_q, lens_k = [70, 1, 130], [90, 3, 130]
+    arrays = packed_inputs(lens_q, lens_k, 4, 2, head_dim, seed=15, pad_q=37, pad_k=50)
+    q, k, v = (torch.from_numpy(x).to("cuda", dtype) for x in arrays[:3])
+    cu_q, cu_k = (torch.from_numpy(x).cuda() for x in arrays[3:])
+    dout = gpu_dout(q, seed=16)
+    for _ in range(2):  # the second time round the allocator hands back used memory
+        grads = varlen_grads(q, k, v, dout, cu_q, cu_k, 130, 130, causal=True)
+        assert not grads[0][201:].any() and not grads[1][223:].any() and not grads[2][223:].any()
+    assert_per_sequence_grads(grads, q, k, v, dout, cu_q, cu_k, causal=True)
+
+
+@needs_gpu
+@pytest.mark.parametrize("lens_q, lens_k", [([0, 0], [3, 5]), ([4, 2], [0, 0])], ids=["no-query", "no-key"])
+def test_gpu_gradients_with_no_query_or_no_key_at_all(lib, lens_q, lens_k):
+    dtype, head_dim = gpu_grad_setup()
+    q, k, v, cu_q, cu_k = gpu_packed(lens_q, lens_k, 2, 2, head_dim, dtype, seed=17)
+    dq, dk, dv = varlen_grads(q, k, v, torch.ones_like(q), cu_q, cu_k, max(lens_q), max(lens_k), causal=True)
+    assert not dq.any() and not dk.any() and not dv.any()
+
+
+@needs_gpu
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_gpu_deterministic_backward_is_bitwise_reproducible(lib, causal):
+    # Long sequences and GQA: many key blocks add into each dq row, and group heads into dk/dv.
+    dtype, head_dim = gpu_grad_setup()
+    lens_q, lens_k = [700, 33, 1024, 0, 515], [650, 1, 1024, 8, 515]
+    q, k, v, cu_q, cu_k = gpu_packed(lens_q, lens_k, 8, 2, head_dim, dtype, seed=18)
+    dout = gpu_dout(q, seed=19)
+    first = varlen_grads(q, k, v, dout, cu_q, cu_k, 1024, 1024, causal=causal, deterministic=True)
+    second = varlen_grads(q, k, v, dout, cu_q, cu_k, 1024, 1024, causal=causal, deterministic=True)
+    for name, a, b in zip(("dq", "dk", "dv"), first, second):
+        assert torch.equal(a, b), name
+    assert_per_sequence_grads(first, q, k, v, dout, cu_q, cu_k, causal=causal)
+
+
+@needs_gpu
+def test_gpu_routes_and_flash_attn_varlen_func_give_identical_gradients(lib):
+    # The direct route (autograd.Function over ctypes) and the op route (hopattn::fwd_varlen's
+    # autograd, hopattn::bwd_varlen) run the same kernels on the same arguments.
+    dtype, head_dim = gpu_grad_setup()
+    q, k, v, cu_q, cu_k = gpu_packed([70, 130, 1, 0], [90, 130, 40, 3], 8, 2, head_dim, dtype, seed=20)
+    used_k = torch.tensor([90, 100, 40, 3], dtype=torch.int32, device="cuda")
+    dout = gpu_dout(q, seed=21)
+    kw = dict(causal=True, seqused_k=used_k, deterministic=True)
+    direct = varlen_grads(q, k, v, dout, cu_q, cu_k, 130, 130, **kw)
+    with op_route():
+        op = varlen_grads(q, k, v, dout, cu_q, cu_k, 130, 130, **kw)
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    out = fai.flash_attn_varlen_func(*leaves, cu_q, cu_k, 130, 130, seqused_k=used_k, causal=True, deterministic=True)
+    fa3 = torch.autograd.grad(out, leaves, dout)
+    for name, a, b, c in zip(("dq", "dk", "dv"), direct, op, fa3):
+        assert torch.equal(a, b) and torch.equal(a, c), name
+
+
+@needs_gpu
+def test_gpu_backward_on_a_side_stream(lib):
+    dtype, head_dim = gpu_grad_setup()
+    q, k, v, cu_q, cu_k = gpu_packed([300, 17], [120, 280], 4, 4, head_dim, dtype, seed=22)
+    dout = gpu_dout(q, seed=23)
+    want = varlen_grads(q, k, v, dout, cu_q, cu_k, 300, 280, deterministic=True)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        got = varlen_grads(q, k, v, dout, cu_q, cu_k, 300, 280, deterministic=True)
+    side.synchronize()
+    for name, a, b in zip(("dq", "dk", "dv"), got, want):
+        assert torch.equal(a, b), name
+
+
+@needs_gpu
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_gpu_compile_fullgraph_gradients_equal_eager(lib, backend):
+    # torch.compile traces varlen_attention as hopattn::fwd_varlen (no graph break) and AOTAutograd
+    # puts hopattn::bwd_varlen in the backward; the gradients are eager's (the same kernels; with
+    # inductor the surrounding arithmetic may round differently).
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    dtype, head_dim = gpu_grad_setup()
+    q, k, v, cu_q, cu_k = gpu_packed([100, 1, 0, 260], [80, 5, 7, 260], 8, 2, head_dim, dtype, seed=24)
+    w = torch.rand(head_dim, device="cuda", requires_grad=True)
+
+    def block(q, k, v, w, cu_q, cu_k):
+        out = hopattn.varlen_attention(q * w.to(q.dtype), k, v, cu_q, cu_k, 260, 260, causal=True, deterministic=True)
+        return (out.float() * w).sum(dim=-1)
+
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)] + [w]
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend(backend)
+    compiled = torch.compile(block, backend=counter, fullgraph=True)
+    compiled(*leaves, cu_q, cu_k).sum().backward()
+    assert counter.frame_count == 1
+    assert any(node.target is torch.ops.hopattn.fwd_varlen.default for node in counter.graphs[0].graph.nodes)
+    compiled_grads = [t.grad.clone() for t in leaves]
+    for t in leaves:
+        t.grad = None
+    block(*leaves, cu_q, cu_k).sum().backward()
+    limit = 1e-5 if backend == "aot_eager" else 1e-2
+    for name, got, t in zip(("dq", "dk", "dv", "dw"), compiled_grads, leaves):
+        err = rel_l2(got, t.grad)
+        assert err <= limit, f"{name}: rel-L2 {err:.3e}"
 
 
 @needs_gpu

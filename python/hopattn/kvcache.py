@@ -1,0 +1,209 @@
+# KV-cache decoding, FlashAttention-3's flash_attn_with_kvcache: hopattn.attention_with_kvcache over
+# the C ABI's hopattn_attention_with_kvcache (torch CUDA tensors: the sm90 split-KV kernels, on the
+# current stream) and hopattn_attention_with_kvcache_cpu (numpy arrays: the CPU reference). Forward
+# only. As in ops.py, torch is never imported here.
+#
+# Python checks only what it needs to build the C struct (array types, devices, the int32 index
+# tensors); the library checks every argument and its message becomes the exception's.
+import ctypes
+import functools
+import operator
+
+from . import _lib
+from .ops import (
+    _check_numpy_inputs,
+    _check_scale,
+    _check_torch_inputs,
+    _direct,
+    _is_numpy_array,
+    _numpy_tensor,
+    _torch_module_of,
+    _torch_tensor,
+)
+
+KVCACHE_LAYOUT = "(batch, seqlen, heads, head_dim)"
+NO_BACKWARD = "hopattn.attention_with_kvcache is forward only (decoding); it has no backward"
+_INT32_LIMIT = 1 << 31
+
+_declared = set()  # ids of the loaded libraries whose KV-cache signatures are set
+
+
+def _lib_kvcache():
+    """The loaded library with the three KV-cache functions declared (set up once per library)."""
+    lib = _lib.load()
+    if id(lib) not in _declared:
+        args_p = ctypes.POINTER(_lib.HopattnKvcacheArgs)
+        sigs = {
+            "hopattn_attention_with_kvcache_workspace_size": ([args_p], ctypes.c_size_t),
+            "hopattn_attention_with_kvcache": ([args_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p], ctypes.c_int),
+            "hopattn_attention_with_kvcache_cpu": ([args_p], ctypes.c_int),
+        }
+        try:
+            for name, (argtypes, restype) in sigs.items():
+                fn = getattr(lib, name)
+                fn.argtypes = argtypes
+                fn.restype = restype
+        except AttributeError as e:
+            raise _lib.LibraryNotFoundError(
+                f"{_lib.library_path()} has no KV-cache entry points ({e}); rebuild the library"
+            ) from e
+        _declared.add(id(lib))
+    return lib
+
+
+def _check_num_splits(num_splits):
+    """An int (not bool) that fits the C struct's int32; the library checks its value."""
+    if isinstance(num_splits, bool) or not hasattr(num_splits, "__index__"):
+        raise TypeError(f"num_splits must be an int, got {type(num_splits).__name__}")
+    num_splits = operator.index(num_splits)
+    if not -_INT32_LIMIT <= num_splits < _INT32_LIMIT:
+        raise _lib.InvalidArgumentError(f"num_splits={num_splits} does not fit in int32")
+    return num_splits
+
+
+def _check_new(k, v):
+    if (k is None) != (v is None):
+        raise _lib.InvalidArgumentError(
+            f"k and v (the new keys and values) must be given together, but only {'k' if v is None else 'v'} is"
+        )
+
+
+def _args(tensor, q, k_cache, v_cache, cache_seqlens, page_table, k, v, out, lse, causal, softmax_scale, num_splits,
+          check_index_values):
+    """HopattnKvcacheArgs; tensor(name, x, code=None) makes one HopattnTensor (ops._numpy_tensor, or
+    ops._torch_tensor bound to torch). None (page_table, k, v, lse) is left out."""
+
+    def opt(name, x, code=None):
+        return None if x is None else tensor(name, x, code)
+
+    return _lib.make_kvcache_args(
+        tensor("q", q), tensor("k_cache", k_cache), tensor("v_cache", v_cache),
+        tensor("cache_seqlens", cache_seqlens, _lib.DTYPE_INT32), opt("page_table", page_table, _lib.DTYPE_INT32),
+        opt("k", k), opt("v", v), tensor("out", out), opt("lse", lse),
+        causal, softmax_scale, num_splits, check_index_values,
+    )
+
+
+def _check_index(name, is_int32, ok_layout, layout):
+    if not is_int32:
+        raise _lib.InvalidArgumentError(f"{name}: dtype must be int32")
+    if not ok_layout:
+        raise _lib.InvalidArgumentError(f"{name} must be {layout}")
+
+
+# --- numpy: the CPU reference ---------------------------------------------------------------------
+
+
+def _run_numpy(q, k_cache, v_cache, cache_seqlens, k, v, page_table, causal, softmax_scale, num_splits, return_lse):
+    import numpy as np
+
+    named = [("q", q), ("k_cache", k_cache), ("v_cache", v_cache)] + ([("k", k), ("v", v)] if k is not None else [])
+    _check_numpy_inputs(named, 4, KVCACHE_LAYOUT)
+    for name, a in (("cache_seqlens", cache_seqlens), ("page_table", page_table)):
+        if a is None:
+            continue
+        if not isinstance(a, np.ndarray):
+            raise TypeError(f"{name}: expected a numpy.ndarray (int32) like q, got {type(a).__name__}")
+        _check_index(name, a.dtype == np.int32, a.flags.c_contiguous, "C-contiguous")
+    if k is not None:
+        for name, a in (("k_cache", k_cache), ("v_cache", v_cache)):
+            if not a.flags.writeable:
+                raise _lib.InvalidArgumentError(f"{name} is read-only, but k/v are appended to it in place")
+    batch, seqlen_q, heads_q, _ = q.shape
+    out = np.empty(q.shape, dtype=q.dtype)
+    lse = np.empty((batch, heads_q, seqlen_q), dtype=np.float32) if return_lse else None
+    args = _args(_numpy_tensor, q, k_cache, v_cache, cache_seqlens, page_table, k, v, out, lse, causal, softmax_scale,
+                 num_splits, False)
+    _lib.check(_lib_kvcache().hopattn_attention_with_kvcache_cpu(ctypes.byref(args)), "hopattn KV-cache CPU reference")
+    return (out, lse) if return_lse else out
+
+
+# --- torch ----------------------------------------------------------------------------------------
+
+
+def _run_torch(torch, q, k_cache, v_cache, cache_seqlens, k, v, page_table, causal, softmax_scale, num_splits,
+               return_lse, check_index_values):
+    _check_torch_inputs(torch, q, k_cache, v_cache, 4, KVCACHE_LAYOUT)
+    if k is not None:
+        _check_torch_inputs(torch, q, k, v, 4, KVCACHE_LAYOUT)
+    for name, t in (("cache_seqlens", cache_seqlens), ("page_table", page_table)):
+        if t is None:
+            continue
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name}: expected a torch.Tensor (int32) like q, got {type(t).__name__}")
+        if t.device != q.device:
+            raise _lib.InvalidArgumentError(f"{name}: on device '{t.device}' but q is on '{q.device}'")
+        _check_index(name, t.dtype == torch.int32, t.dim() == 0 or t.stride(-1) == 1 or t.shape[-1] <= 1,
+                     "contiguous along its last dim")
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k_cache, v_cache, k, v)):
+        raise NotImplementedError(NO_BACKWARD)
+    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    lse = q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32) if return_lse else None
+    args = _args(functools.partial(_torch_tensor, torch), q, k_cache, v_cache, cache_seqlens, page_table, k, v, out,
+                 lse, causal, softmax_scale, num_splits, check_index_values)
+    st = _direct(torch)
+    lib = _lib_kvcache()
+    dev = q.get_device()
+    prev = st.exchange_device(dev)  # a no-op when q is on the current device
+    try:
+        # The split count (and so the workspace) follows the current device's SM count.
+        need = lib.hopattn_attention_with_kvcache_workspace_size(ctypes.byref(args))
+        workspace = torch.empty(need, dtype=torch.uint8, device=q.device) if need else None
+        status = lib.hopattn_attention_with_kvcache(
+            ctypes.byref(args), None if workspace is None else workspace.data_ptr(), need, st.raw_stream(dev))
+    finally:
+        st.restore_device(prev)
+    _lib.check(status, "hopattn KV-cache attention")
+    return (out, lse) if return_lse else out
+
+
+# --- public API -----------------------------------------------------------------------------------
+
+
+def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, k=None, v=None, page_table=None, causal=False,
+                           softmax_scale=None, num_splits=0, return_lse=False, check_index_values=False):
+    """Decoding attention of a few new query tokens per sequence against a key/value cache
+    (FlashAttention-3's flash_attn_with_kvcache). Forward only.
+
+    q: (batch, seqlen_q, heads_q, head_dim). k_cache, v_cache: (batch, max_seqlen_k, heads_kv,
+    head_dim), or with page_table (num_pages, page_size, heads_kv, head_dim), any page_size; heads_q
+    a multiple of heads_kv (GQA/MQA); any strides with a contiguous last dim. cache_seqlens: int32
+    (batch,), the tokens already cached per sequence. page_table: optional int32 (batch,
+    max_pages); entry [b, p] is the page holding tokens p*page_size .. (p+1)*page_size - 1 of
+    sequence b (entries past a sequence's tokens are not read).
+
+    k, v: optional (batch, seqlen_new, heads_kv, head_dim) new keys and values, written into the
+    cache IN PLACE at positions cache_seqlens[b] .. cache_seqlens[b] + seqlen_new - 1, then attended
+    to; cache_seqlens itself is not changed (add seqlen_new to it for the next step). Sequence b
+    attends to its first cache_seqlens[b] + seqlen_new cached keys.
+
+    causal: bottom-right aligned (query i of b sees key j iff j <= i + len_k(b) - seqlen_q); a row
+    that sees no key gets out 0 and lse -inf. softmax_scale defaults to 1/sqrt(head_dim).
+    num_splits: key splits per (batch, kv head); 0 lets the library choose, any value gives the
+    same result up to fp32 rounding.
+
+    * torch CUDA tensors (bfloat16/float16, head_dim 64/128/256; the index tensors int32 on the same
+      device): the sm90 kernels on the current stream, with a workspace from torch's allocator.
+      Nothing synchronises the host unless check_index_values=True, which copies cache_seqlens and
+      page_table to the host and checks the values (lengths within the cache, pages within the
+      pool) as the CPU reference always does; HOPATTN_DEBUG_CHECKS=1 turns it on for every call.
+      Without it, bad values give wrong results but no out-of-bounds access.
+    * numpy arrays (float32/float16/ml_dtypes bfloat16; int32 index arrays): the CPU reference,
+      which also appends to k_cache/v_cache in place (they must be writable).
+
+    Returns out (batch, seqlen_q, heads_q, head_dim), contiguous, q's dtype; with return_lse=True
+    (out, lse) with lse (batch, heads_q, seqlen_q) float32, the natural-log log-sum-exp of the
+    scaled scores.
+    """
+    _check_scale(softmax_scale)
+    num_splits = _check_num_splits(num_splits)
+    _check_new(k, v)
+    scale = None if softmax_scale is None else float(softmax_scale)
+    torch = _torch_module_of(q)
+    if torch is not None:
+        return _run_torch(torch, q, k_cache, v_cache, cache_seqlens, k, v, page_table, bool(causal), scale, num_splits,
+                          bool(return_lse), bool(check_index_values))
+    if _is_numpy_array(q):
+        return _run_numpy(q, k_cache, v_cache, cache_seqlens, k, v, page_table, bool(causal), scale, num_splits,
+                          bool(return_lse))
+    raise TypeError(f"q: expected a torch.Tensor (CUDA) or numpy.ndarray, got {type(q).__name__}")

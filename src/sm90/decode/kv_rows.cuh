@@ -1,0 +1,67 @@
+// Where a cached key lives and how a warp stages 16 of them in shared memory: the contiguous and
+// paged address rule (page indices clamped into the pool, so unchecked page tables never send a
+// load outside the cache), the XOR swizzle of the shared tiles, and the cp.async chunk loader.
+#pragma once
+
+#include <cstdint>
+
+#include "sm90/decode/params.hpp"
+#include "sm90/decode/ptx.cuh"
+
+namespace hopattn::sm90::decode {
+
+// Byte offset of 16-byte chunk c of row r in a shared tile with kRowChunks chunks per row. The
+// chunk index is XORed with r % 8, so the 8 row addresses of one ldmatrix phase (same logical
+// chunk, 8 consecutive rows) fall in 8 different bank groups.
+template <int kRowChunks>
+__device__ __forceinline__ uint32_t swizzle(int r, int c) {
+  static_assert(kRowChunks % 8 == 0, "rows of at least 128 bytes");
+  return static_cast<uint32_t>((r * kRowChunks + (c ^ (r & 7))) * 16);
+}
+
+// Element offset of key `key` (0 <= key < p.capacity) of sequence b, kv head h, in a cache with
+// strides s: row `key` of slab b (contiguous), or row key % page_size of page
+// page_table[b][key / page_size] (paged; the page clamped to [0, num_pages)).
+__device__ __forceinline__ int64_t cache_row_offset(const KvCacheProblem& p, int64_t s0, int64_t s1, int64_t s2,
+                                                     int b, int h, int key) {
+  if (p.page_table == nullptr) return b * s0 + key * s1 + h * s2;
+  const int page_size = static_cast<int>(p.page_size);
+  const int slot = key / page_size;
+  int page = __ldg(p.page_table + b * p.page_table_stride + slot);
+  page = min(max(page, 0), static_cast<int>(p.num_pages) - 1);
+  return page * s0 + (key - slot * page_size) * s1 + h * s2;
+}
+
+// One warp copies keys key0 .. key0 + 15 of (b, h) from k_cache and v_cache into the swizzled
+// (16 x head_dim) tiles at shared addresses k_tile and v_tile with cp.async (not waited for here).
+// Keys at or past key_end are zero-filled without being read. Lanes 0-15 each resolve one K row's
+// address and lanes 16-31 one V row's, then every lane copies consecutive 16-byte chunks of rows
+// (a coalesced 256 bytes per 16 lanes), fetching the row addresses by shuffle.
+template <typename Element, int kHeadDim>
+__device__ __forceinline__ void load_kv_chunk(const KvCacheProblem& p, int b, int h, int key0, int key_end,
+                                              uint32_t k_tile, uint32_t v_tile, int lane) {
+  constexpr int kRowChunks = kHeadDim / 8;
+  constexpr int kRowsPerPass = 32 / kRowChunks;
+  const bool is_v = lane >= 16;
+  const int key = key0 + (lane & 15);
+  const int valid = key < key_end;
+  int64_t offset = 0;
+  if (valid)
+    offset = is_v ? cache_row_offset(p, p.v_stride[0], p.v_stride[1], p.v_stride[2], b, h, key)
+                  : cache_row_offset(p, p.k_stride[0], p.k_stride[1], p.k_stride[2], b, h, key);
+  const Element* k_base = static_cast<const Element*>(p.k_cache);
+  const Element* v_base = static_cast<const Element*>(p.v_cache);
+  const int c = lane % kRowChunks;
+#pragma unroll
+  for (int pass = 0; pass < kChunkKeys / kRowsPerPass; ++pass) {
+    const int r = lane / kRowChunks + pass * kRowsPerPass;
+    const int64_t k_off = __shfl_sync(0xffffffffu, offset, r);
+    const int k_valid = __shfl_sync(0xffffffffu, valid, r);
+    const int64_t v_off = __shfl_sync(0xffffffffu, offset, 16 + r);
+    const int v_valid = __shfl_sync(0xffffffffu, valid, 16 + r);
+    cp_async_16(k_tile + swizzle<kRowChunks>(r, c), k_base + k_off + c * 8, k_valid != 0);
+    cp_async_16(v_tile + swizzle<kRowChunks>(r, c), v_base + v_off + c * 8, v_valid != 0);
+  }
+}
+
+}  // namespace hopattn::sm90::decode

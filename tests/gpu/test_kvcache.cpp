@@ -1,0 +1,624 @@
+// The sm90 KV-cache decoding path (hopattn::attention_with_kvcache) against the fp64 CUDA
+// reference run on each sequence's keys gathered into a dense buffer (from a host copy of the cache
+// with the append applied by hand). One grid over dtype x head dim x cache layout (contiguous,
+// paged 16/64/256 with random page tables) x GQA group x seqlen_q x causal x append, with ragged
+// cache lengths including 0, 1 and a full cache; then split counts 1..64 against one split,
+// run-to-run bitwise determinism, a long cache, 64-bit offsets, strided caches, and the index-value
+// checks (and the clamping without them). out/lse are NaN-poisoned before every call; after it the
+// cache must hold k_new/v_new at the appended rows and be bitwise untouched everywhere else.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "../common/test_util.hpp"
+#include "hopattn/hopattn.hpp"
+
+namespace hopattn::test {
+namespace {
+
+// splitmix64, as the other GPU tests: fast for the millions of cache elements per case.
+struct FastRng {
+  uint64_t state;
+  uint64_t next() {
+    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+};
+
+// n 16-bit elements uniform in [lo, hi), stored in dtype t.
+std::vector<uint16_t> random_elements(size_t n, uint64_t seed, DType t, float lo, float hi) {
+  std::vector<uint16_t> out(n);
+  FastRng rng{seed};
+  for (size_t i = 0; i < n; ++i) {
+    const float u = static_cast<float>(rng.next() >> 40) * (1.f / 16777216.f);
+    const float x = lo + (hi - lo) * u;
+    out[i] = t == DType::kBF16 ? float_to_bf16(x) : float_to_fp16(x);
+  }
+  return out;
+}
+
+bool is_nan_bits(uint16_t h, DType t) { return t == DType::kBF16 ? (h & 0x7fffu) > 0x7f80u : (h & 0x7fffu) > 0x7c00u; }
+
+TensorRef int_tensor(void* data, int64_t rows, int64_t cols = -1) {
+  TensorRef t;
+  t.data = data;
+  t.dtype = DType::kInt32;
+  t.ndim = cols < 0 ? 1 : 2;
+  t.sizes[0] = rows;
+  t.strides[0] = cols < 0 ? 1 : cols;
+  if (cols >= 0) {
+    t.sizes[1] = cols;
+    t.strides[1] = 1;
+  }
+  return t;
+}
+
+// ---- a decoding problem on the device ------------------------------------------------------------
+
+struct DecCase {
+  std::string name;
+  DType dtype = DType::kBF16;
+  int head_dim = 128;
+  int64_t heads_q = 8, heads_kv = 2, seqlen_q = 1;
+  bool causal = false;
+  int64_t page_size = 0;   // 0: contiguous
+  int64_t capacity = 768;  // keys per sequence: max_seqlen_k, or max_pages * page_size
+  std::vector<int> cached;  // cache_seqlens
+  int64_t seqlen_new = 0;
+  int num_splits = 0;
+  int64_t row_pad = 0;  // extra elements per cache row (a strided cache)
+  bool with_lse = true;
+  int64_t extra_pages = 5;       // pages no sequence uses: must stay untouched
+  int64_t min_block_stride = 0;  // the cache's dim-0 stride at least this many elements (64-bit offsets)
+  int64_t first_page = 0;        // paged: page ids start here; pages below are never touched
+};
+
+// The cache is `blocks` blocks (sequence slabs or pages) of block_rows token rows; only the
+// `tracked` ones hold data (all of them unless first_page / min_block_stride make it huge).
+struct DecRun {
+  DecCase c;
+  int64_t batch = 0, row = 0, block_rows = 0, block_stride = 0, blocks = 0, max_pages = 0;
+  std::vector<int64_t> tracked;  // block ids with data, in host order
+  std::vector<uint16_t> k_host, v_host;  // tracked blocks back to back: the expected cache
+  std::vector<uint16_t> q_host, k_new_host, v_new_host;
+  std::vector<int32_t> seqlens, page_table;
+  DeviceBuffer q, k_cache, v_cache, k_new, v_new, out, lse, seqlens_dev, page_table_dev;
+  KvCacheArgs args;
+  std::vector<float> ref_out, ref_lse;  // the reference, (batch, sq, hq, d) and (batch, hq, sq)
+
+  int64_t block_elems() const { return block_rows * row; }
+  int64_t len_k(int64_t b) const { return seqlens[static_cast<size_t>(b)] + c.seqlen_new; }
+  // Index into k_host/v_host of token `pos` of sequence b, kv head h.
+  size_t host_index(int64_t b, int64_t h, int64_t pos) const {
+    int64_t block = b, r = pos;
+    if (c.page_size) {
+      block = page_table[static_cast<size_t>(b * max_pages + pos / c.page_size)];
+      r = pos % c.page_size;
+    }
+    const int64_t slot = block - tracked.front();  // tracked blocks are one consecutive range
+    return static_cast<size_t>(slot * block_elems() + r * row + h * c.head_dim);
+  }
+};
+
+void setup(DecRun& x, const DecCase& c) {
+  x.c = c;
+  x.batch = static_cast<int64_t>(c.cached.size());
+  const int64_t b = x.batch, d = c.head_dim, hq = c.heads_q, hkv = c.heads_kv, sq = c.seqlen_q;
+  const uint64_t seed = std::hash<std::string>{}(c.name);
+  x.row = hkv * d + c.row_pad;
+  x.block_rows = c.page_size ? c.page_size : c.capacity;
+  x.block_stride = std::max(x.block_rows * x.row, (c.min_block_stride + 7) / 8 * 8);
+  if (c.page_size) {
+    x.max_pages = c.capacity / c.page_size;
+    const int64_t used = b * x.max_pages + c.extra_pages;
+    x.blocks = c.first_page + used;
+    for (int64_t p = c.first_page; p < x.blocks; ++p) x.tracked.push_back(p);
+    std::vector<int32_t> perm(x.tracked.begin(), x.tracked.end());
+    std::shuffle(perm.begin(), perm.end(), std::mt19937_64(seed));
+    x.page_table.assign(perm.begin(), perm.begin() + b * x.max_pages);
+  } else {
+    x.blocks = b;
+    for (int64_t i = 0; i < b; ++i) x.tracked.push_back(i);
+  }
+  x.seqlens.assign(c.cached.begin(), c.cached.end());
+  const size_t tracked_elems = x.tracked.size() * static_cast<size_t>(x.block_elems());
+  x.k_host = random_elements(tracked_elems, seed + 1, c.dtype, -1.f, 1.f);
+  x.v_host = random_elements(tracked_elems, seed + 2, c.dtype, -1.f, 1.f);
+  x.q_host = random_elements(static_cast<size_t>(b * sq * hq * d), seed + 3, c.dtype, -3.f, 3.f);
+  x.k_new_host = random_elements(static_cast<size_t>(b * c.seqlen_new * hkv * d), seed + 4, c.dtype, -1.f, 1.f);
+  x.v_new_host = random_elements(static_cast<size_t>(b * c.seqlen_new * hkv * d), seed + 5, c.dtype, -1.f, 1.f);
+
+  const size_t cache_bytes = x.blocks == 0 ? 0 : static_cast<size_t>(((x.blocks - 1) * x.block_stride + x.block_elems()) * 2);
+  x.k_cache = DeviceBuffer(cache_bytes);
+  x.v_cache = DeviceBuffer(cache_bytes);
+  for (size_t i = 0; i < x.tracked.size(); ++i) {
+    const size_t off = static_cast<size_t>(x.tracked[i] * x.block_stride * 2), n = static_cast<size_t>(x.block_elems() * 2);
+    HOPATTN_TEST_CUDA(cudaMemcpy(static_cast<uint8_t*>(x.k_cache.get()) + off, &x.k_host[i * x.block_elems()], n,
+                                 cudaMemcpyHostToDevice));
+    HOPATTN_TEST_CUDA(cudaMemcpy(static_cast<uint8_t*>(x.v_cache.get()) + off, &x.v_host[i * x.block_elems()], n,
+                                 cudaMemcpyHostToDevice));
+  }
+  x.q = DeviceBuffer(x.q_host.size() * 2);
+  x.q.upload(x.q_host);
+  x.k_new = DeviceBuffer(x.k_new_host.size() * 2);
+  x.k_new.upload(x.k_new_host);
+  x.v_new = DeviceBuffer(x.v_new_host.size() * 2);
+  x.v_new.upload(x.v_new_host);
+  x.out = DeviceBuffer(x.q_host.size() * 2);
+  x.lse = DeviceBuffer(static_cast<size_t>(b * hq * sq) * 4);
+  x.seqlens_dev = DeviceBuffer(x.seqlens.size() * 4);
+  x.seqlens_dev.upload(x.seqlens);
+  if (c.page_size) {
+    x.page_table_dev = DeviceBuffer(x.page_table.size() * 4);
+    x.page_table_dev.upload(x.page_table);
+  }
+
+  KvCacheArgs& a = x.args;
+  a = KvCacheArgs{};
+  a.q = make_tensor(x.q.get(), c.dtype, b, sq, hq, d);
+  for (auto [t, buf] : {std::pair{&a.k_cache, &x.k_cache}, std::pair{&a.v_cache, &x.v_cache}}) {
+    *t = make_tensor(buf->get(), c.dtype, x.blocks, x.block_rows, hkv, d);
+    t->strides[0] = x.block_stride;
+    t->strides[1] = x.row;
+  }
+  a.cache_seqlens = int_tensor(x.seqlens_dev.get(), b);
+  if (c.page_size) a.page_table = int_tensor(x.page_table_dev.get(), b, x.max_pages);
+  if (c.seqlen_new > 0) {
+    a.k_new = make_tensor(x.k_new.get(), c.dtype, b, c.seqlen_new, hkv, d);
+    a.v_new = make_tensor(x.v_new.get(), c.dtype, b, c.seqlen_new, hkv, d);
+  }
+  a.out = make_tensor(x.out.get(), c.dtype, b, sq, hq, d);
+  if (c.with_lse) a.lse = make_tensor(x.lse.get(), DType::kFP32, b, hq, sq);
+  a.causal = c.causal;
+  a.num_splits = c.num_splits;
+
+  // The expected cache: k_new/v_new at rows cache_seqlens[b] + t.
+  for (int64_t bi = 0; bi < b; ++bi)
+    for (int64_t t = 0; t < c.seqlen_new; ++t)
+      for (int64_t h = 0; h < hkv; ++h) {
+        const size_t dst = x.host_index(bi, h, x.seqlens[static_cast<size_t>(bi)] + t);
+        const size_t src = static_cast<size_t>(((bi * c.seqlen_new + t) * hkv + h) * d);
+        std::copy_n(&x.k_new_host[src], d, &x.k_host[dst]);
+        std::copy_n(&x.v_new_host[src], d, &x.v_host[dst]);
+      }
+
+  // The reference: each sequence's keys gathered dense, through the fp64 CUDA reference.
+  std::vector<uint16_t> kg, vg;
+  std::vector<int64_t> start(static_cast<size_t>(b) + 1, 0);
+  for (int64_t bi = 0; bi < b; ++bi) {
+    start[bi + 1] = start[bi] + x.len_k(bi);
+    for (int64_t j = 0; j < x.len_k(bi); ++j)
+      for (int64_t h = 0; h < hkv; ++h) {
+        const size_t src = x.host_index(bi, h, j);
+        kg.insert(kg.end(), &x.k_host[src], &x.k_host[src] + d);
+        vg.insert(vg.end(), &x.v_host[src], &x.v_host[src] + d);
+      }
+  }
+  DeviceBuffer kg_dev(kg.size() * 2 + 16), vg_dev(vg.size() * 2 + 16), out_ref(x.q_host.size() * 2 + 16),
+      lse_ref(static_cast<size_t>(b * hq * sq) * 4 + 16);
+  kg_dev.upload(kg);
+  vg_dev.upload(vg);
+  const int64_t q_seq = sq * hq * d;
+  for (int64_t bi = 0; bi < b; ++bi) {
+    ForwardArgs f;
+    f.q = make_tensor(static_cast<uint16_t*>(x.q.get()) + bi * q_seq, c.dtype, 1, sq, hq, d);
+    f.k = make_tensor(static_cast<uint16_t*>(kg_dev.get()) + start[bi] * hkv * d, c.dtype, 1, x.len_k(bi), hkv, d);
+    f.v = make_tensor(static_cast<uint16_t*>(vg_dev.get()) + start[bi] * hkv * d, c.dtype, 1, x.len_k(bi), hkv, d);
+    f.out = make_tensor(static_cast<uint16_t*>(out_ref.get()) + bi * q_seq, c.dtype, 1, sq, hq, d);
+    f.lse = make_tensor(static_cast<float*>(lse_ref.get()) + bi * hq * sq, DType::kFP32, 1, hq, sq);
+    f.causal = c.causal;
+    const Result r = forward_reference_cuda(f);
+    ASSERT_TRUE(r.ok()) << "reference: " << r.message;
+  }
+  HOPATTN_TEST_CUDA(cudaDeviceSynchronize());
+  std::vector<uint16_t> ref_bits(x.q_host.size());
+  out_ref.download(ref_bits.data(), ref_bits.size() * 2);
+  x.ref_out = decode(ref_bits.data(), ref_bits.size(), c.dtype);
+  x.ref_lse.resize(static_cast<size_t>(b * hq * sq));
+  lse_ref.download(x.ref_lse.data(), x.ref_lse.size() * 4);
+}
+
+struct Outputs {
+  std::vector<uint16_t> out;
+  std::vector<float> lse;
+};
+
+// One call on NaN-poisoned out/lse with a fresh workspace of the size asked for.
+Outputs run(DecRun& x, int num_splits) {
+  x.args.num_splits = num_splits;
+  x.out.fill(0xFF);
+  x.lse.fill(0xFF);
+  DeviceBuffer ws(attention_with_kvcache_workspace_size(x.args));
+  const Result r = attention_with_kvcache(x.args, ws.get(), ws.bytes());
+  EXPECT_TRUE(r.ok()) << x.c.name << ": " << r.message;
+  HOPATTN_TEST_CUDA(cudaDeviceSynchronize());
+  Outputs o;
+  o.out.resize(x.q_host.size());
+  x.out.download(o.out.data(), o.out.size() * 2);
+  o.lse.resize(x.ref_lse.size());
+  x.lse.download(o.lse.data(), o.lse.size() * 4);
+  return o;
+}
+
+// Collects a case's problems and reports the first few in one failure.
+struct Problems {
+  explicit Problems(std::string n) : name(std::move(n)) {}
+  Problems(const Problems&) = delete;
+  Problems& operator=(const Problems&) = delete;
+  std::string name, text;
+  int count = 0;
+  void add(const std::string& m) {
+    if (count++ < 10) text += "\n  " + m;
+  }
+  ~Problems() {
+    if (count > 0) ADD_FAILURE() << name << ": " << count << " problem(s):" << text;
+  }
+};
+
+// The tracked blocks of the device cache against the expected cache, bit for bit.
+void check_cache(const DecRun& x, Problems& p) {
+  const size_t n = static_cast<size_t>(x.block_elems());
+  std::vector<uint16_t> got(n);
+  int64_t bad_k = 0, bad_v = 0;
+  for (size_t i = 0; i < x.tracked.size(); ++i) {
+    const size_t off = static_cast<size_t>(x.tracked[i] * x.block_stride * 2);
+    HOPATTN_TEST_CUDA(cudaMemcpy(got.data(), static_cast<const uint8_t*>(x.k_cache.get()) + off, n * 2, cudaMemcpyDeviceToHost));
+    bad_k += !std::equal(got.begin(), got.end(), x.k_host.begin() + static_cast<std::ptrdiff_t>(i * n));
+    HOPATTN_TEST_CUDA(cudaMemcpy(got.data(), static_cast<const uint8_t*>(x.v_cache.get()) + off, n * 2, cudaMemcpyDeviceToHost));
+    bad_v += !std::equal(got.begin(), got.end(), x.v_host.begin() + static_cast<std::ptrdiff_t>(i * n));
+  }
+  if (bad_k) p.add(std::to_string(bad_k) + " k_cache blocks differ from the expected append");
+  if (bad_v) p.add(std::to_string(bad_v) + " v_cache blocks differ from the expected append");
+}
+
+// Relative L2 error of lse over entries finite in both, relative to max(rms, 1); `mismatch` on a
+// NaN or a differing -inf pattern.
+double lse_error(const float* got, const float* ref, size_t n, bool* mismatch) {
+  double diff = 0, norm = 0;
+  size_t finite = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (std::isnan(got[i]) || std::isnan(ref[i]) || std::isinf(got[i]) != std::isinf(ref[i]) ||
+        (std::isinf(got[i]) && got[i] != ref[i])) {
+      *mismatch = true;
+      continue;
+    }
+    if (std::isinf(ref[i])) continue;
+    diff += (double(got[i]) - ref[i]) * (double(got[i]) - ref[i]);
+    norm += double(ref[i]) * ref[i];
+    ++finite;
+  }
+  return finite == 0 ? 0.0 : std::sqrt(diff / std::max(norm, static_cast<double>(finite)));
+}
+
+// out/lse of one call against the reference, sequence by sequence.
+void check_outputs(const DecRun& x, const Outputs& o, Problems& p) {
+  const DType t = x.c.dtype;
+  const int64_t sq = x.c.seqlen_q, hq = x.c.heads_q, d = x.c.head_dim, per_seq = sq * hq * d;
+  const double out_tol = t == DType::kBF16 ? 1e-2 : 3e-3;  // as test_forward.cpp
+  for (int64_t b = 0; b < x.batch; ++b) {
+    const std::string seq = "seq " + std::to_string(b) + " (cached " + std::to_string(x.seqlens[static_cast<size_t>(b)]) +
+                            ", len_k " + std::to_string(x.len_k(b)) + ")";
+    const size_t o0 = static_cast<size_t>(b * per_seq), n = static_cast<size_t>(per_seq);
+    int64_t unwritten = 0, nonzero_no_key = 0;
+    for (size_t e = o0; e < o0 + n; ++e) unwritten += is_nan_bits(o.out[e], t);
+    const std::vector<float> got = decode(&o.out[o0], n, t);
+    const std::vector<float> ref(x.ref_out.begin() + static_cast<std::ptrdiff_t>(o0), x.ref_out.begin() + static_cast<std::ptrdiff_t>(o0 + n));
+    for (int64_t i = 0; i < sq; ++i)
+      for (int64_t h = 0; h < hq; ++h)
+        if (std::isinf(x.ref_lse[static_cast<size_t>((b * hq + h) * sq + i)]))
+          for (int64_t e = 0; e < d; ++e) nonzero_no_key += got[static_cast<size_t>((i * hq + h) * d + e)] != 0.f;
+    if (unwritten) p.add(seq + ": " + std::to_string(unwritten) + " out elements left unwritten (NaN)");
+    if (nonzero_no_key) p.add(seq + ": " + std::to_string(nonzero_no_key) + " nonzero out elements in rows that see no key");
+    const double err = rel_l2_error(got, ref);
+    if (!(err <= out_tol)) p.add(seq + ": out rel_l2 " + std::to_string(err) + " > " + std::to_string(out_tol));
+    if (x.c.with_lse) {
+      const size_t l0 = static_cast<size_t>(b * hq * sq);
+      bool mismatch = false;
+      const double lerr = lse_error(&o.lse[l0], &x.ref_lse[l0], static_cast<size_t>(hq * sq), &mismatch);
+      if (mismatch) p.add(seq + ": lse NaN or -inf pattern differs from the reference");
+      if (!(lerr <= 1e-4)) p.add(seq + ": lse rel_l2 " + std::to_string(lerr) + " > 1e-4");
+    }
+  }
+}
+
+// Sets up, runs once with the case's num_splits, checks cache and outputs; returns the outputs.
+Outputs run_and_check(DecRun& x, const DecCase& c) {
+  SCOPED_TRACE(c.name);
+  setup(x, c);
+  Problems p{c.name};
+  if (::testing::Test::HasFatalFailure()) return {};
+  Outputs o = run(x, c.num_splits);
+  check_cache(x, p);
+  check_outputs(x, o, p);
+  return o;
+}
+
+// ---- the grid ------------------------------------------------------------------------------------
+
+struct GridCase {
+  DType dtype;
+  int head_dim;
+  int64_t page_size;  // 0: contiguous
+  int64_t group, seqlen_q;
+  bool causal, append;
+};
+
+std::string grid_name(const GridCase& g) {
+  return std::string(dtype_name(g.dtype)) + "_d" + std::to_string(g.head_dim) +
+         (g.page_size ? "_paged" + std::to_string(g.page_size) : std::string("_contig")) + "_g" +
+         std::to_string(g.group) + "_q" + std::to_string(g.seqlen_q) + (g.causal ? "_causal" : "_full") +
+         (g.append ? "_append" : "");
+}
+
+std::vector<GridCase> grid_cases() {
+  std::vector<GridCase> v;
+  for (DType t : {DType::kBF16, DType::kFP16})
+    for (int d : {64, 128, 256})
+      for (int64_t page : {0, 16, 64, 256})
+        for (int64_t group : {1, 4, 8})
+          for (int64_t sq : {1, 2, 7})
+            for (bool causal : {false, true})
+              for (bool append : {false, true}) v.push_back({t, d, page, group, sq, causal, append});
+  return v;
+}
+
+class KvCacheVsReference : public ::testing::TestWithParam<GridCase> {};
+
+// Capacity 768 (3 pages of 256, 12 of 64, 48 of 16); five sequences with 0, 1, 300, a full cache
+// and 40 keys (3 appended, from ragged positions, with `append`). Without append the heuristic
+// split count (3 here) runs the combine kernel, including on the sequence with no key; with it,
+// one split writes out directly.
+TEST_P(KvCacheVsReference, MatchesGatheredFp64Reference) {
+  if (!has_sm90()) GTEST_SKIP() << "no sm_90 device";
+  const GridCase g = GetParam();
+  DecCase c;
+  c.name = grid_name(g);
+  c.dtype = g.dtype;
+  c.head_dim = g.head_dim;
+  c.page_size = g.page_size;
+  c.heads_kv = 2;
+  c.heads_q = 2 * g.group;
+  c.seqlen_q = g.seqlen_q;
+  c.causal = g.causal;
+  c.seqlen_new = g.append ? 3 : 0;
+  c.cached = g.append ? std::vector<int>{0, 1, 300, 765, 40} : std::vector<int>{0, 1, 300, 768, 40};
+  c.num_splits = g.append ? 1 : 0;
+  DecRun x;
+  run_and_check(x, c);
+}
+
+INSTANTIATE_TEST_SUITE_P(Sm90, KvCacheVsReference, ::testing::ValuesIn(grid_cases()),
+                         [](const ::testing::TestParamInfo<GridCase>& info) { return grid_name(info.param); });
+
+// ---- splits, determinism, long caches, offsets, layouts -------------------------------------------
+
+// Every split count gives the reference's result, and one split's within fp32 rounding: at most
+// one ulp of the stored dtype per element of out, 1e-5 relative on lse.
+TEST(Sm90KvCache, SplitCountsAgree) {
+  if (!has_sm90()) GTEST_SKIP() << "no sm_90 device";
+  for (int64_t page : {0, 64})
+    for (int64_t sq : {1, 7}) {
+      DecCase c;
+      c.name = std::string("splits_") + (page ? "paged64" : "contig") + "_q" + std::to_string(sq);
+      c.page_size = page;
+      c.capacity = 4096;  // 64 key steps: up to 64 splits
+      c.heads_q = 8;
+      c.heads_kv = 2;
+      c.seqlen_q = sq;
+      c.causal = sq > 1;
+      c.seqlen_new = 2;
+      c.cached = {0, 1, 100, 4094, 2500, 63};
+      DecRun x;
+      const Outputs one = run_and_check(x, c);
+      for (int splits : {2, 3, 5, 8, 16, 33, 64, 0}) {
+        SCOPED_TRACE(c.name + " num_splits=" + std::to_string(splits));
+        Problems p{c.name + " num_splits=" + std::to_string(splits)};
+        const Outputs o = run(x, splits);
+        check_cache(x, p);  // the repeated append writes the same rows again
+        check_outputs(x, o, p);
+        const std::vector<float> a = decode(o.out.data(), o.out.size(), c.dtype), b = decode(one.out.data(), one.out.size(), c.dtype);
+        int64_t far = 0, far_lse = 0;
+        for (size_t i = 0; i < a.size(); ++i)
+          far += !(std::fabs(a[i] - b[i]) <= dtype_ulp(c.dtype, std::max(std::fabs(a[i]), std::fabs(b[i]))));
+        for (size_t i = 0; i < o.lse.size(); ++i)
+          far_lse += !(o.lse[i] == one.lse[i] || std::fabs(o.lse[i] - one.lse[i]) <= 1e-5f * std::max(1.f, std::fabs(one.lse[i])));
+        if (far) p.add(std::to_string(far) + " out elements differ from num_splits=1 by more than one ulp");
+        if (far_lse) p.add(std::to_string(far_lse) + " lse entries differ from num_splits=1 beyond fp32 rounding");
+      }
+    }
+}
+
+TEST(Sm90KvCache, RepeatRunsAreBitwiseIdentical) {
+  if (!has_sm90()) GTEST_SKIP() << "no sm_90 device";
+  for (int splits : {0, 1, 16}) {
+    DecCase c;
+    c.name = "determinism_splits" + std::to_string(splits);
+    c.page_size = 16;
+    c.capacity = 2048;
+    c.heads_q = 32;
+    c.heads_kv = 8;
+    c.seqlen_q = 2;
+    c.causal = true;
+    c.seqlen_new = 1;
+    c.num_splits = splits;
+    c.cached = {2047, 5, 1000, 0};
+    DecRun x;
+    const Outputs first = run_and_check(x, c);
+    for (int rep = 0; rep < 3; ++rep) {
+      const Outputs again = run(x, splits);
+      EXPECT_TRUE(again.out == first.out) << c.name << ": out differs on run " << rep + 2;
+      EXPECT_EQ(0, std::memcmp(again.lse.data(), first.lse.data(), first.lse.size() * 4)) << c.name << ": lse differs";
+    }
+  }
+}
+
+// Long caches: many splits of many keys (the heuristic's 128-split cap with one sequence), GQA 4.
+TEST(Sm90KvCache, LongCache) {
+  if (!has_sm90()) GTEST_SKIP() << "no sm_90 device";
+  for (int64_t page : {0, 256}) {
+    DecCase c;
+    c.name = std::string("long_") + (page ? "paged256" : "contig");
+    c.page_size = page;
+    c.capacity = 65536;
+    c.heads_q = 32;
+    c.heads_kv = 8;
+    c.cached = {65535, 40000};
+    c.seqlen_new = 1;
+    DecRun x;
+    run_and_check(x, c);
+  }
+}
+
+// Element offsets past 2^31: a contiguous cache whose second sequence starts 2^31 + elements in,
+// and a paged cache whose page ids times the page stride pass 2^31 (8.6 GB of cache in all).
+TEST(Sm90KvCache, SixtyFourBitOffsets) {
+  if (!has_sm90()) GTEST_SKIP() << "no sm_90 device";
+  const int64_t past = (int64_t{1} << 31) + 4096;
+  {
+    DecCase c;
+    c.name = "offsets64_contig";
+    c.capacity = 1024;
+    c.cached = {1000, 700};
+    c.seqlen_new = 3;
+    c.seqlen_q = 2;
+    c.causal = true;
+    c.min_block_stride = past;
+    DecRun x;
+    run_and_check(x, c);
+  }
+  {
+    DecCase c;
+    c.name = "offsets64_paged";
+    c.page_size = 64;
+    c.capacity = 1024;
+    c.cached = {1000, 700, 3};
+    c.seqlen_new = 3;
+    c.first_page = past / (64 * 2 * 128) + 1;  // 64 rows x 2 heads x 128 dims per page
+    DecRun x;
+    run_and_check(x, c);
+  }
+}
+
+// Strided cache rows, no lse, MQA, an odd page size, head dims 64/256 with splits.
+TEST(Sm90KvCache, LayoutsAndOptions) {
+  if (!has_sm90()) GTEST_SKIP() << "no sm_90 device";
+  struct Variant { const char* name; int d; int64_t page, hq, hkv, sq, pad; bool lse; int splits; };
+  const Variant variants[] = {
+      {"strided_rows_contig", 128, 0, 8, 2, 1, 8, true, 0},  {"strided_rows_paged48", 128, 48, 8, 2, 3, 24, true, 0},
+      {"mqa_no_lse", 128, 16, 16, 1, 4, 0, false, 5},        {"d64_many_rows", 64, 64, 32, 1, 2, 0, true, 7},
+      {"d256_many_rows", 256, 64, 32, 2, 3, 0, true, 7},     {"page1", 64, 1, 4, 2, 1, 0, true, 0},
+  };
+  for (DType t : {DType::kBF16, DType::kFP16})
+    for (const Variant& v : variants) {
+      DecCase c;
+      c.name = std::string(v.name) + "_" + dtype_name(t);
+      c.dtype = t;
+      c.head_dim = v.d;
+      c.page_size = v.page;
+      c.capacity = v.page == 48 ? 960 : 768;
+      c.heads_q = v.hq;
+      c.heads_kv = v.hkv;
+      c.seqlen_q = v.sq;
+      c.causal = v.sq > 1;
+      c.row_pad = v.pad;
+      c.with_lse = v.lse;
+      c.num_splits = v.splits;
+      c.seqlen_new = 2;
+      c.cached = {5, 0, static_cast<int>(c.capacity) - 2, 129};
+      DecRun x;
+      run_and_check(x, c);
+    }
+}
+
+// check_index_values reports bad values by name; without it the same values must not fault
+// (lengths and pages clamp, appends past the capacity are dropped) and every row is still written.
+TEST(Sm90KvCache, IndexValueChecksAndClamping) {
+  if (!has_sm90()) GTEST_SKIP() << "no sm_90 device";
+  struct Bad { const char* name; int64_t page; std::function<void(DecRun&)> corrupt; const char* message; };
+  const Bad cases[] = {
+      {"negative_len", 0, [](DecRun& x) { x.seqlens[1] = -7; }, "cache_seqlens[1]=-7 is negative"},
+      {"len_past_capacity", 0, [](DecRun& x) { x.seqlens[0] = 767; }, "cache_seqlens[0]=767 plus seqlen_new=2"},
+      {"paged_len_past_capacity", 64, [](DecRun& x) { x.seqlens[2] = 100000; }, "cache_seqlens[2]=100000"},
+      {"page_out_of_range", 64, [](DecRun& x) { x.page_table[3] = 1 << 30; }, "page_table[0][3]=1073741824 is outside"},
+      {"negative_page", 64, [](DecRun& x) { x.page_table[12] = -1; }, "page_table[1][0]=-1 is outside"},
+  };
+  for (const Bad& bad : cases) {
+    SCOPED_TRACE(bad.name);
+    DecCase c;
+    c.name = std::string("bad_") + bad.name;
+    c.page_size = bad.page;
+    c.capacity = 768;
+    c.cached = {700, 300, 5};
+    c.seqlen_new = 2;
+    c.seqlen_q = 2;
+    DecRun x;
+    setup(x, c);
+    bad.corrupt(x);
+    x.seqlens_dev.upload(x.seqlens);
+    if (c.page_size) x.page_table_dev.upload(x.page_table);
+    x.args.check_index_values = true;
+    DeviceBuffer ws(attention_with_kvcache_workspace_size(x.args));
+    Result r = attention_with_kvcache(x.args, ws.get(), ws.bytes());
+    EXPECT_EQ(r.status, Status::kInvalidArgument);
+    EXPECT_NE(r.message.find(bad.message), std::string::npos) << r.message;
+    // Unchecked: runs to completion, no fault, no NaN in out.
+    x.args.check_index_values = false;
+    x.out.fill(0xFF);
+    r = attention_with_kvcache(x.args, ws.get(), ws.bytes());
+    EXPECT_TRUE(r.ok()) << r.message;
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << "the unchecked call faulted";
+    std::vector<uint16_t> out(x.q_host.size());
+    x.out.download(out.data(), out.size() * 2);
+    int64_t unwritten = 0;
+    for (uint16_t h : out) unwritten += is_nan_bits(h, c.dtype);
+    EXPECT_EQ(unwritten, 0);
+  }
+}
+
+TEST(Sm90KvCache, WorkspaceAndEmptyProblems) {
+  if (!has_sm90()) GTEST_SKIP() << "no sm_90 device";
+  DecCase c;
+  c.name = "workspace";
+  c.cached = {700, 300};
+  c.num_splits = 4;
+  DecRun x;
+  setup(x, c);
+  const size_t need = attention_with_kvcache_workspace_size(x.args);
+  EXPECT_GT(need, 0u);
+  Result r = attention_with_kvcache(x.args, nullptr, 0);
+  EXPECT_EQ(r.status, Status::kInvalidArgument);
+  EXPECT_NE(r.message.find("workspace is null"), std::string::npos) << r.message;
+  DeviceBuffer ws(need + 256);
+  r = attention_with_kvcache(x.args, static_cast<uint8_t*>(ws.get()) + 16, need);
+  EXPECT_NE(r.message.find("workspace is not 256-byte aligned"), std::string::npos) << r.message;
+  r = attention_with_kvcache(x.args, ws.get(), need - 1);
+  EXPECT_NE(r.message.find("workspace_bytes="), std::string::npos) << r.message;
+  x.args.num_splits = 1;
+  EXPECT_EQ(attention_with_kvcache_workspace_size(x.args), 0u);
+  EXPECT_TRUE(attention_with_kvcache(x.args, nullptr, 0).ok());
+  // No query rows: only the append runs.
+  DecCase e = c;
+  e.name = "no_queries";
+  e.seqlen_q = 0;
+  e.seqlen_new = 4;
+  DecRun y;
+  setup(y, e);
+  EXPECT_TRUE(attention_with_kvcache(y.args, nullptr, 0).ok());
+  HOPATTN_TEST_CUDA(cudaDeviceSynchronize());
+  Problems p{e.name};
+  check_cache(y, p);
+}
+
+}  // namespace
+}  // namespace hopattn::test

@@ -1,0 +1,352 @@
+# hopattn.attention_with_kvcache (python/hopattn/kvcache.py): decoding against a contiguous or paged
+# KV cache with an optional in-place append, over the C ABI's hopattn_attention_with_kvcache(_cpu).
+#  - Everywhere: the signature, the C struct's layout (by hand and, with a C compiler, against
+#    hopattn_c.h), argument types checked before the library is loaded.
+#  - With the library (numpy, the CPU reference): each sequence against a float64 formula on its
+#    keys gathered by hand, contiguous and paged (random page tables), GQA/MQA, causal with
+#    seqlen_q > 1, ragged lengths with 0, the append (new rows written, all else untouched), lse;
+#    the library's errors reach the exception with the argument named.
+#  - With torch, no GPU: CPU tensors refused.
+#  - With torch, the library and an sm_90 GPU: bf16/fp16 against the float64 formula for page sizes
+#    16/64/256 and contiguous caches, the append, split counts, determinism, check_index_values,
+#    the workspace on a side stream.
+import ctypes
+import inspect
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import hopattn
+from hopattn import _lib
+from hopattn_test_support import naive_attention, optional_torch, require_library_or_skip_module
+
+torch, HAS_SM90, needs_torch, needs_gpu = optional_torch()
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def lib():
+    require_library_or_skip_module()
+
+
+# --- no library needed ----------------------------------------------------------------------------
+
+
+def test_signature():
+    params = list(inspect.signature(hopattn.attention_with_kvcache).parameters)
+    assert params == ["q", "k_cache", "v_cache", "cache_seqlens", "k", "v", "page_table", "causal", "softmax_scale",
+                      "num_splits", "return_lse", "check_index_values"]
+    assert "attention_with_kvcache" in hopattn.__all__
+
+
+# 9 tensors of 80 bytes (720) + causal, has_softmax_scale, softmax_scale, num_splits,
+# check_index_values (740) -> padded to 744.
+KV_OFFSETS = {"q": 0, "k_cache": 80, "v_cache": 160, "cache_seqlens": 240, "page_table": 320, "k_new": 400,
+              "v_new": 480, "out": 560, "lse": 640, "causal": 720, "has_softmax_scale": 724, "softmax_scale": 728,
+              "num_splits": 732, "check_index_values": 736}
+
+
+def test_struct_layout():
+    cls = _lib.HopattnKvcacheArgs
+    assert ctypes.sizeof(cls) == 744
+    for field, offset in KV_OFFSETS.items():
+        assert getattr(cls, field).offset == offset, field
+    header = (REPO_ROOT / "include" / "hopattn" / "hopattn_c.h").read_text()
+    body = re.search(r"typedef struct hopattn_kvcache_args \{(.*?)\} hopattn_kvcache_args;", header, re.DOTALL).group(1)
+    body = re.sub(r"/\*.*?\*/", "", body, flags=re.DOTALL)
+    names = [n.strip() for decl in body.split(";") if decl.strip() for n in decl.split(None, 1)[1].split(",")]
+    assert names == [name for name, _ in cls._fields_]
+
+
+def test_struct_layout_matches_the_c_compiler(tmp_path):
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    lines = ['printf("size %zu\\n", sizeof(hopattn_kvcache_args));']
+    lines += [f'printf("{f} %zu\\n", offsetof(hopattn_kvcache_args, {f}));' for f in KV_OFFSETS]
+    src = tmp_path / "layout.c"
+    src.write_text('#include <stddef.h>\n#include <stdio.h>\n#include "hopattn/hopattn_c.h"\nint main(void) {\n'
+                   + "\n".join(lines) + "\nreturn 0;\n}\n")
+    exe = tmp_path / "layout"
+    subprocess.run([cc, "-std=c99", "-I", str(REPO_ROOT / "include"), str(src), "-o", str(exe)], check=True)
+    got = dict(line.split() for line in subprocess.run([str(exe)], check=True, capture_output=True,
+                                                       text=True).stdout.splitlines())
+    assert int(got.pop("size")) == 744
+    assert {k: int(v) for k, v in got.items()} == KV_OFFSETS
+
+
+def test_pack_helper_fills_every_field():
+    t = [_lib.make_tensor(0x1000 * (i + 1), _lib.DTYPE_BF16, (1, 2, 3, 16), (96, 48, 16, 1)) for i in range(9)]
+    a = _lib.make_kvcache_args(t[0], t[1], t[2], t[3], None, None, None, t[7], None, True, 0.5, 7, True)
+    assert (a.causal, a.has_softmax_scale, a.softmax_scale, a.num_splits, a.check_index_values) == (1, 1, 0.5, 7, 1)
+    assert a.page_table.data is None and a.k_new.ndim == 0 and a.v_new.ndim == 0 and a.lse.ndim == 0
+    assert a.out.data == 0x8000 and a.cache_seqlens.data == 0x4000
+    b = _lib.make_kvcache_args(*t[:4], t[4], t[5], t[6], t[7], t[8], False, None, 0, False)
+    assert (b.page_table.data, b.k_new.data, b.v_new.data, b.lse.data) == (0x5000, 0x6000, 0x7000, 0x9000)
+    assert (b.causal, b.has_softmax_scale, b.num_splits, b.check_index_values) == (0, 0, 0, 0)
+
+
+@pytest.mark.parametrize(
+    "kw, exc, match",
+    [
+        ({"num_splits": True}, TypeError, "num_splits must be an int"),
+        ({"num_splits": 1.5}, TypeError, "num_splits must be an int"),
+        ({"num_splits": 1 << 40}, hopattn.InvalidArgumentError, "does not fit in int32"),
+        ({"softmax_scale": "x"}, TypeError, "softmax_scale"),
+        ({"k": np.zeros((1, 1, 1, 8), np.float32)}, hopattn.InvalidArgumentError, "only k is"),
+        ({"v": np.zeros((1, 1, 1, 8), np.float32)}, hopattn.InvalidArgumentError, "only v is"),
+    ],
+)
+def test_arguments_checked_before_the_library(kw, exc, match):
+    q = np.zeros((1, 1, 1, 8), np.float32)
+    with pytest.raises(exc, match=match):
+        hopattn.attention_with_kvcache(q, q, q, np.zeros(1, np.int32), **kw)
+
+
+def test_q_type():
+    with pytest.raises(TypeError, match="q: expected a torch.Tensor"):
+        hopattn.attention_with_kvcache([1.0], None, None, None)
+
+
+# --- numpy: the CPU reference ------------------------------------------------------------------------
+
+
+def gather(cache, page_table, b, length):
+    """Sequence b's first `length` cached rows, (length, heads_kv, head_dim)."""
+    if page_table is None:
+        return cache[b, :length]
+    page_size = cache.shape[1]
+    pages = page_table[b, : -(-length // page_size)]
+    return cache[pages].reshape(-1, *cache.shape[2:])[:length]
+
+
+def make_problem(batch_lens, seqlen_q, heads_q, heads_kv, head_dim, capacity, page_size, seqlen_new, dtype=np.float32,
+                 seed=0, extra_pages=3):
+    """Random q, k_cache, v_cache, cache_seqlens, page_table (None when contiguous), k, v (None
+    without seqlen_new)."""
+    rng = np.random.default_rng(seed)
+    batch = len(batch_lens)
+
+    def rand(*shape, scale=1.0):
+        return (rng.standard_normal(shape) * scale).astype(dtype)
+
+    if page_size:
+        max_pages = capacity // page_size
+        num_pages = batch * max_pages + extra_pages
+        page_table = rng.permutation(num_pages)[: batch * max_pages].reshape(batch, max_pages).astype(np.int32)
+        shape = (num_pages, page_size, heads_kv, head_dim)
+    else:
+        page_table = None
+        shape = (batch, capacity, heads_kv, head_dim)
+    q = rand(batch, seqlen_q, heads_q, head_dim, scale=1.5)
+    k_cache, v_cache = rand(*shape), rand(*shape)
+    seqlens = np.array(batch_lens, dtype=np.int32)
+    k = v = None
+    if seqlen_new:
+        k, v = rand(batch, seqlen_new, heads_kv, head_dim), rand(batch, seqlen_new, heads_kv, head_dim)
+    return q, k_cache, v_cache, seqlens, page_table, k, v
+
+
+def expected(q, k_cache, v_cache, seqlens, page_table, k, v, causal, softmax_scale=None):
+    """(out, lse, k_cache_after, v_cache_after) in float64 from the formula on gathered keys."""
+    kc, vc = k_cache.astype(np.float64), v_cache.astype(np.float64)
+    batch = q.shape[0]
+    new = 0 if k is None else k.shape[1]
+    for b in range(batch):
+        for t in range(new):
+            pos = seqlens[b] + t
+            if page_table is None:
+                kc[b, pos], vc[b, pos] = k[b, t], v[b, t]
+            else:
+                page, row = page_table[b, pos // kc.shape[1]], pos % kc.shape[1]
+                kc[page, row], vc[page, row] = k[b, t], v[b, t]
+    outs, lses = [], []
+    for b in range(batch):
+        length = int(seqlens[b]) + new
+        o, l = naive_attention(q[b : b + 1], gather(kc, page_table, b, length)[None], gather(vc, page_table, b, length)[None],
+                               causal=causal, softmax_scale=softmax_scale)
+        outs.append(o[0])
+        lses.append(l[0])
+    return np.stack(outs), np.stack(lses), kc, vc
+
+
+CPU_CASES = {
+    # (lens, seqlen_q, heads_q, heads_kv, head_dim, capacity, page_size, seqlen_new, causal)
+    "contig": ([5, 0, 1, 30], 1, 4, 2, 16, 32, 0, 0, False),
+    "contig-append-causal": ([5, 0, 1, 28], 3, 4, 2, 16, 32, 0, 2, True),
+    "paged4-gqa": ([7, 0, 19, 32], 1, 8, 2, 8, 32, 4, 0, False),
+    "paged16-append-causal": ([0, 1, 17, 45], 4, 4, 4, 16, 48, 16, 3, True),
+    "paged1-mqa": ([3, 9], 2, 4, 1, 8, 12, 1, 1, True),
+    "paged5-odd": ([0, 24, 11], 2, 6, 3, 8, 25, 5, 1, False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CPU_CASES))
+def test_numpy_against_float64_on_gathered_keys(lib, name):
+    lens, sq, hq, hkv, d, capacity, page, new, causal = CPU_CASES[name]
+    q, k_cache, v_cache, seqlens, page_table, k, v = make_problem(lens, sq, hq, hkv, d, capacity, page, new)
+    want_out, want_lse, want_k, want_v = expected(q, k_cache, v_cache, seqlens, page_table, k, v, causal)
+    out, lse = hopattn.attention_with_kvcache(q, k_cache, v_cache, seqlens, k=k, v=v, page_table=page_table,
+                                              causal=causal, return_lse=True)
+    assert out.shape == q.shape and out.dtype == q.dtype and lse.shape == (len(lens), hq, sq)
+    np.testing.assert_allclose(out, want_out, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(np.isinf(lse), np.isinf(want_lse))
+    finite = np.isfinite(want_lse)
+    np.testing.assert_allclose(lse[finite], want_lse[finite], rtol=1e-5, atol=1e-5)
+    assert np.all(out[np.isinf(lse).transpose(0, 2, 1)] == 0)  # rows without keys: exactly 0
+    # The append is in place and touches nothing else (float32 rows copied bit for bit).
+    np.testing.assert_array_equal(k_cache, want_k.astype(np.float32))
+    np.testing.assert_array_equal(v_cache, want_v.astype(np.float32))
+
+
+def test_numpy_float16_and_scale(lib):
+    q, k_cache, v_cache, seqlens, page_table, k, v = make_problem([3, 20], 2, 4, 2, 16, 24, 8, 2, dtype=np.float16)
+    want_out, _, _, _ = expected(q, k_cache, v_cache, seqlens, page_table, k, v, True, softmax_scale=0.3)
+    out = hopattn.attention_with_kvcache(q, k_cache, v_cache, seqlens, k=k, v=v, page_table=page_table, causal=True,
+                                         softmax_scale=0.3)
+    assert out.dtype == np.float16
+    np.testing.assert_allclose(out.astype(np.float64), want_out, rtol=2e-3, atol=2e-3)
+
+
+def test_numpy_num_splits_is_ignored_on_the_cpu(lib):
+    args = make_problem([9, 2], 1, 4, 2, 8, 16, 0, 0)
+    outs = [hopattn.attention_with_kvcache(*args[:4], num_splits=s) for s in (0, 1, 7)]
+    assert all(np.array_equal(outs[0], o) for o in outs[1:])
+
+
+@pytest.mark.parametrize(
+    "mutate, match",
+    [
+        (lambda a: a["seqlens"].__setitem__(1, 31), r"cache_seqlens\[1\]=31 plus seqlen_new=2 exceeds the cache capacity 32"),
+        (lambda a: a["seqlens"].__setitem__(0, -1), r"cache_seqlens\[0\]=-1 is negative"),
+        (lambda a: a["page_table"].__setitem__((0, 0), 99), r"page_table\[0\]\[0\]=99 is outside \[0, num_pages="),
+        (lambda a: a.__setitem__("seqlens", a["seqlens"][:1].copy()), r"cache_seqlens.sizes\[0\]=1 but q has batch 2"),
+        (lambda a: a.__setitem__("page_table", a["page_table"].astype(np.int64)), "page_table: dtype must be int32"),
+        (lambda a: a.__setitem__("k", a["k"][:, :, :1].copy()), r"k_new.sizes\[2\] \(heads_kv\)=1"),
+        (lambda a: a.__setitem__("num_splits", -3), "num_splits=-3 is negative"),
+    ],
+)
+def test_library_errors_name_the_argument(lib, mutate, match):
+    q, k_cache, v_cache, seqlens, page_table, k, v = make_problem([3, 20], 1, 4, 2, 8, 32, 8, 2)
+    a = {"seqlens": seqlens, "page_table": page_table, "k": k, "num_splits": 0}
+    mutate(a)
+    with pytest.raises(hopattn.InvalidArgumentError, match=match):
+        hopattn.attention_with_kvcache(q, k_cache, v_cache, a["seqlens"], k=a["k"], v=v, page_table=a["page_table"],
+                                       num_splits=a["num_splits"])
+
+
+def test_numpy_read_only_cache_refused_for_append(lib):
+    q, k_cache, v_cache, seqlens, page_table, k, v = make_problem([3], 1, 2, 2, 8, 8, 0, 1)
+    k_cache.flags.writeable = False
+    with pytest.raises(hopattn.InvalidArgumentError, match="k_cache is read-only"):
+        hopattn.attention_with_kvcache(q, k_cache, v_cache, seqlens, k=k, v=v)
+    hopattn.attention_with_kvcache(q, k_cache, v_cache, seqlens)  # no append: fine
+
+
+# --- torch ----------------------------------------------------------------------------------------------
+
+
+@needs_torch
+def test_torch_cpu_tensors_refused():
+    q = torch.zeros(1, 1, 2, 64, dtype=torch.bfloat16)
+    cache = torch.zeros(1, 8, 2, 64, dtype=torch.bfloat16)
+    with pytest.raises(hopattn.InvalidArgumentError, match="expected a CUDA tensor"):
+        hopattn.attention_with_kvcache(q, cache, cache, torch.zeros(1, dtype=torch.int32))
+
+
+def to_numpy64(t):
+    return None if t is None else t.detach().double().cpu().numpy()
+
+
+def gpu_problem(lens, sq, hq, hkv, d, capacity, page, new, dtype, seed=0):
+    q, k_cache, v_cache, seqlens, page_table, k, v = make_problem(lens, sq, hq, hkv, d, capacity, page, new, seed=seed)
+    conv = lambda a: None if a is None else torch.from_numpy(a).to("cuda", dtype)  # noqa: E731
+    idx = lambda a: None if a is None else torch.from_numpy(a).cuda()  # noqa: E731
+    return conv(q), conv(k_cache), conv(v_cache), idx(seqlens), idx(page_table), conv(k), conv(v)
+
+
+def rel_l2(got, want):
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    return float(np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30))
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype_name", ["bf16", "fp16"])
+@pytest.mark.parametrize("page", [0, 16, 64, 256])
+@pytest.mark.parametrize("sq, causal", [(1, False), (3, True)])
+def test_gpu_against_float64(lib, dtype_name, page, sq, causal):
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype_name]
+    lens = [0, 1, 300, 509, 77]
+    q, k_cache, v_cache, seqlens, page_table, k, v = gpu_problem(lens, sq, 16, 4, 128, 512, page, 3, dtype)
+    want_out, want_lse, want_k, want_v = expected(*(to_numpy64(t) for t in (q, k_cache, v_cache)), seqlens.cpu().numpy(),
+                                                  None if page_table is None else page_table.cpu().numpy(),
+                                                  to_numpy64(k), to_numpy64(v), causal)
+    out, lse = hopattn.attention_with_kvcache(q, k_cache, v_cache, seqlens, k=k, v=v, page_table=page_table,
+                                              causal=causal, return_lse=True)
+    torch.cuda.synchronize()
+    assert out.dtype == dtype and out.shape == q.shape and lse.shape == (5, 16, sq)
+    assert rel_l2(to_numpy64(out), want_out) < (1e-2 if dtype == torch.bfloat16 else 3e-3)
+    got_lse = lse.cpu().numpy()
+    np.testing.assert_array_equal(np.isinf(got_lse), np.isinf(want_lse))
+    finite = np.isfinite(want_lse)
+    np.testing.assert_allclose(got_lse[finite], want_lse[finite], rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(to_numpy64(k_cache), want_k)  # the appended rows, all else untouched
+    np.testing.assert_array_equal(to_numpy64(v_cache), want_v)
+
+
+@needs_gpu
+def test_gpu_split_counts_and_determinism(lib):
+    q, k_cache, v_cache, seqlens, page_table, _, _ = gpu_problem([4000, 0, 1500], 2, 32, 8, 128, 4096, 64, 0,
+                                                                 torch.bfloat16, seed=3)
+    one = hopattn.attention_with_kvcache(q, k_cache, v_cache, seqlens, page_table=page_table, causal=True, num_splits=1)
+    for splits in (0, 2, 7, 64):
+        out = hopattn.attention_with_kvcache(q, k_cache, v_cache, seqlens, page_table=page_table, causal=True,
+                                             num_splits=splits)
+        again = hopattn.attention_with_kvcache(q, k_cache, v_cache, seqlens, page_table=page_table, causal=True,
+                                               num_splits=splits)
+        assert torch.equal(out, again), f"num_splits={splits} is not bitwise reproducible"
+        # Within fp32 rounding of one split: at most one bf16 ulp apart.
+        diff = (out.float() - one.float()).abs()
+        assert bool((diff <= one.float().abs().clamp_min(1e-30) * 2**-7 + 1e-6).all()), splits
+
+
+@needs_gpu
+def test_gpu_check_index_values_and_side_stream(lib):
+    q, k_cache, v_cache, seqlens, page_table, k, v = gpu_problem([10, 20], 1, 8, 2, 64, 64, 16, 1, torch.float16)
+    bad = seqlens.clone()
+    bad[1] = 64
+    with pytest.raises(hopattn.InvalidArgumentError, match=r"cache_seqlens\[1\]=64 plus seqlen_new=1 exceeds"):
+        hopattn.attention_with_kvcache(q, k_cache, v_cache, bad, k=k, v=v, page_table=page_table,
+                                       check_index_values=True)
+    ref = hopattn.attention_with_kvcache(q, k_cache.clone(), v_cache.clone(), seqlens, k=k, v=v, page_table=page_table)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        out = hopattn.attention_with_kvcache(q, k_cache, v_cache, seqlens, k=k, v=v, page_table=page_table,
+                                             num_splits=4)
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    assert rel_l2(to_numpy64(out), to_numpy64(ref)) < 3e-3
+
+
+@needs_gpu
+def test_gpu_gradient_refused(lib):
+    q, k_cache, v_cache, seqlens, _, _, _ = gpu_problem([3], 1, 2, 2, 64, 16, 0, 0, torch.bfloat16)
+    with pytest.raises(NotImplementedError, match="forward only"):
+        hopattn.attention_with_kvcache(q.requires_grad_(), k_cache, v_cache, seqlens)
+
+
+def test_bench_bytes_formula():
+    # bench/decode.py's figure of merit: the K and V bytes of the cache, read once.
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_decode", REPO_ROOT / "bench" / "decode.py")
+    decode = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(decode)
+    assert decode.kv_bytes(64, 131072, 8, 128, 2) == 2 * 64 * 131072 * 8 * 128 * 2
+    assert decode.gbps(4e9, 1.0) == pytest.approx(4000.0)
+    assert decode.gbps(1, None) is None
