@@ -1,5 +1,6 @@
 // Shared test helpers (header-only): host bf16/fp16 <-> float conversion with round-to-nearest-even,
-// seeded random data, relative-error norms, GPU presence checks and an RAII device buffer.
+// seeded random data (mt19937, and splitmix64 for bulk 16-bit data), relative-error norms, GPU
+// presence checks and an RAII device buffer.
 // Host-only C++ so both the CPU and GPU test binaries can include it.
 #pragma once
 
@@ -126,6 +127,34 @@ inline std::vector<float> random_values(size_t n, uint64_t seed, DType t = DType
   std::vector<float> v(n);
   for (float& x : v) x = round_to(t, dist(gen));
   return v;
+}
+
+// splitmix64: fast enough for the hundreds of millions of elements the GPU suites generate (too
+// many for mt19937 + uniform_real_distribution in a test that should take seconds).
+struct FastRng {
+  uint64_t state;
+  uint64_t next() {
+    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+};
+
+// n 16-bit elements uniform in [lo, hi), stored in dtype t (bf16 or fp16; never all zeros): two
+// elements from each 64-bit draw.
+inline std::vector<uint16_t> random_elements(size_t n, uint64_t seed, DType t, float lo, float hi) {
+  std::vector<uint16_t> out(n);
+  FastRng rng{seed};
+  for (size_t i = 0; i < n; i += 2) {
+    const uint64_t bits = rng.next();
+    for (size_t j = 0; j < 2 && i + j < n; ++j) {
+      const float u = static_cast<float>((bits >> (32 * j + 8)) & 0xFFFFFFu) * (1.f / 16777216.f);
+      const float x = lo + (hi - lo) * u;
+      out[i + j] = t == DType::kBF16 ? float_to_bf16(x) : float_to_fp16(x);
+    }
+  }
+  return out;
 }
 
 // 0xFF bytes are NaN in bf16, fp16 and fp32 alike: any element a kernel forgets to write shows.

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "../common/test_util.hpp"
+#include "../common/varlen_util.hpp"
 #include "api/instantiations.hpp"
 #include "hopattn/hopattn.hpp"
 #include "hopattn/hopattn_c.h"
@@ -35,34 +36,6 @@ hopattn_tensor to_c(const TensorRef& t) {
     c.strides[i] = t.strides[i];
   }
   return c;
-}
-
-TensorRef index_tensor(std::vector<int32_t>& v) {
-  TensorRef t;
-  t.data = v.data();
-  t.dtype = DType::kInt32;
-  t.ndim = 1;
-  t.sizes[0] = static_cast<int64_t>(v.size());
-  t.strides[0] = 1;
-  return t;
-}
-
-TensorRef lse_tensor(float* data, int64_t heads, int64_t total) {
-  TensorRef t;
-  t.data = data;
-  t.dtype = DType::kFP32;
-  t.ndim = 2;
-  t.sizes[0] = heads;
-  t.sizes[1] = total;
-  t.strides[0] = total;
-  t.strides[1] = 1;
-  return t;
-}
-
-std::vector<int32_t> prefix_sums(const std::vector<int>& lens) {
-  std::vector<int32_t> cu(lens.size() + 1, 0);
-  for (size_t b = 0; b < lens.size(); ++b) cu[b + 1] = cu[b] + lens[b];
-  return cu;
 }
 
 // One mixed-length fp32 problem on the host, with two sets of outputs (one for the C ABI, one for

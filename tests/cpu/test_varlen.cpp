@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "../common/test_util.hpp"
+#include "../common/varlen_util.hpp"
 #include "api/problem.hpp"
 #include "hopattn/hopattn.hpp"
 
@@ -23,34 +24,6 @@ namespace {
 
 constexpr float kSentinel = 7.f;      // pre-filled into out: exact in every dtype
 constexpr float kLseSentinel = 123.f;  // pre-filled into lse
-
-TensorRef index_tensor(std::vector<int32_t>& v) {
-  TensorRef t;
-  t.data = v.data();
-  t.dtype = DType::kInt32;
-  t.ndim = 1;
-  t.sizes[0] = static_cast<int64_t>(v.size());
-  t.strides[0] = 1;
-  return t;
-}
-
-TensorRef lse_tensor(float* data, int64_t heads, int64_t total) {
-  TensorRef t;
-  t.data = data;
-  t.dtype = DType::kFP32;
-  t.ndim = 2;
-  t.sizes[0] = heads;
-  t.sizes[1] = total;
-  t.strides[0] = total;
-  t.strides[1] = 1;
-  return t;
-}
-
-std::vector<int32_t> prefix_sums(const std::vector<int>& lens) {
-  std::vector<int32_t> cu(lens.size() + 1, 0);
-  for (size_t b = 0; b < lens.size(); ++b) cu[b + 1] = cu[b] + lens[b];
-  return cu;
-}
 
 struct VarlenCase {
   std::vector<int> len_q, len_k;
@@ -88,17 +61,12 @@ void check_against_per_sequence(const VarlenCase& c, uint64_t seed) {
   const std::vector<uint8_t> sentinel_row = encode(std::vector<float>(static_cast<size_t>(d), kSentinel), c.dtype);
   std::vector<float> lse(static_cast<size_t>(hq * total_q), kLseSentinel);
 
-  auto packed = [&](void* data, int64_t total, int64_t heads, int64_t row) {
-    TensorRef t = make_tensor(data, c.dtype, total, heads, d);
-    t.strides[0] = row;
-    return t;
-  };
   std::vector<int32_t> used_q, used_k;
   VarlenForwardArgs a;
-  a.q = packed(q.data(), total_q, hq, q_row);
-  a.k = packed(k.data(), total_k, hkv, k_row);
-  a.v = packed(v.data(), total_k, hkv, k_row);
-  a.out = packed(out.data(), total_q, hq, q_row);
+  a.q = packed(q.data(), c.dtype, total_q, hq, d, q_row);
+  a.k = packed(k.data(), c.dtype, total_k, hkv, d, k_row);
+  a.v = packed(v.data(), c.dtype, total_k, hkv, d, k_row);
+  a.out = packed(out.data(), c.dtype, total_q, hq, d, q_row);
   a.lse = lse_tensor(lse.data(), hq, total_q);
   a.cu_seqlens_q = index_tensor(cu_q);
   a.cu_seqlens_k = index_tensor(cu_k);

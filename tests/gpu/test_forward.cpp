@@ -66,33 +66,6 @@ std::vector<FwdCase> make_cases() {
   return cases;
 }
 
-// splitmix64: the inputs run to hundreds of millions of elements over the suite, too many for
-// mt19937 + uniform_real_distribution in a test that should take seconds.
-struct FastRng {
-  uint64_t state;
-  uint64_t next() {
-    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-};
-
-// n 16-bit elements uniform in [lo, hi), stored in dtype t (never all zeros).
-std::vector<uint16_t> random_elements(size_t n, uint64_t seed, DType t, float lo, float hi) {
-  std::vector<uint16_t> out(n);
-  FastRng rng{seed};
-  for (size_t i = 0; i < n; i += 2) {
-    const uint64_t bits = rng.next();
-    for (size_t j = 0; j < 2 && i + j < n; ++j) {
-      const float u = static_cast<float>((bits >> (32 * j + 8)) & 0xFFFFFFu) * (1.f / 16777216.f);
-      const float x = lo + (hi - lo) * u;
-      out[i + j] = t == DType::kBF16 ? float_to_bf16(x) : float_to_fp16(x);
-    }
-  }
-  return out;
-}
-
 std::vector<float> to_float(const std::vector<uint16_t>& h, DType t) { return decode(h.data(), h.size(), t); }
 
 // The views used here keep heads and head_dim contiguous (strides[2] == head_dim), so a tensor is

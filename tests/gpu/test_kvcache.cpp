@@ -25,17 +25,6 @@
 namespace hopattn::test {
 namespace {
 
-// splitmix64, as the other GPU tests: fast for the millions of cache elements per case.
-struct FastRng {
-  uint64_t state;
-  uint64_t next() {
-    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-};
-
 // n 16-bit elements uniform in [lo, hi), stored in dtype t.
 std::vector<uint16_t> random_elements(size_t n, uint64_t seed, DType t, float lo, float hi) {
   std::vector<uint16_t> out(n);

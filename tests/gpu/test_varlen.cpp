@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "../common/test_util.hpp"
+#include "../common/varlen_util.hpp"
 #include "api/instantiations.hpp"
 #include "hopattn/hopattn.hpp"
 
@@ -28,32 +29,6 @@ namespace hopattn::test {
 namespace {
 
 // ---- inputs --------------------------------------------------------------------------------------
-
-// splitmix64 (as test_forward.cpp): fast enough for the tens of millions of elements per case.
-struct FastRng {
-  uint64_t state;
-  uint64_t next() {
-    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-};
-
-// n 16-bit elements uniform in [lo, hi), stored in dtype t (never all zeros).
-std::vector<uint16_t> random_elements(size_t n, uint64_t seed, DType t, float lo, float hi) {
-  std::vector<uint16_t> out(n);
-  FastRng rng{seed};
-  for (size_t i = 0; i < n; i += 2) {
-    const uint64_t bits = rng.next();
-    for (size_t j = 0; j < 2 && i + j < n; ++j) {
-      const float u = static_cast<float>((bits >> (32 * j + 8)) & 0xFFFFFFu) * (1.f / 16777216.f);
-      const float x = lo + (hi - lo) * u;
-      out[i + j] = t == DType::kBF16 ? float_to_bf16(x) : float_to_fp16(x);
-    }
-  }
-  return out;
-}
 
 // `n` lengths uniform in [lo, hi], reproducible on any platform.
 std::vector<int> random_lengths(size_t n, uint64_t seed, int lo, int hi) {
@@ -123,40 +98,6 @@ struct VarlenRun {
   int64_t seq_k(int64_t b) const { return c.used_k ? (*c.used_k)[b] : len_k(b); }
   uint8_t* data_at(size_t off) const { return static_cast<uint8_t*>(data.get()) + off; }
 };
-
-std::vector<int32_t> prefix_sums(const std::vector<int>& lens) {
-  std::vector<int32_t> cu(lens.size() + 1, 0);
-  for (size_t b = 0; b < lens.size(); ++b) cu[b + 1] = cu[b] + lens[b];
-  return cu;
-}
-
-TensorRef index_tensor(void* device, int64_t n) {
-  TensorRef t;
-  t.data = device;
-  t.dtype = DType::kInt32;
-  t.ndim = 1;
-  t.sizes[0] = n;
-  t.strides[0] = 1;
-  return t;
-}
-
-TensorRef lse_tensor(void* data, int64_t heads, int64_t total) {
-  TensorRef t;
-  t.data = data;
-  t.dtype = DType::kFP32;
-  t.ndim = 2;
-  t.sizes[0] = heads;
-  t.sizes[1] = total;
-  t.strides[0] = total;
-  t.strides[1] = 1;
-  return t;
-}
-
-TensorRef packed(void* data, DType t, int64_t total, int64_t heads, int64_t d, int64_t token_stride) {
-  TensorRef r = make_tensor(data, t, total, heads, d);
-  r.strides[0] = token_stride;
-  return r;
-}
 
 // Allocates and fills (random q/k/v, uploaded index tensors) the problem `c` describes; out and lse
 // are left unpoisoned (poison_outputs).

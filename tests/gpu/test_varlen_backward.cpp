@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "../common/test_util.hpp"
+#include "../common/varlen_util.hpp"
 #include "api/instantiations.hpp"
 #include "hopattn/hopattn.hpp"
 
@@ -191,9 +192,7 @@ uint8_t* at(const DeviceBuffer& buf, size_t offset) { return static_cast<uint8_t
 
 // The varlen (total, heads, head_dim) view of `p`.
 TensorRef packed_view(const DeviceBuffer& buf, const Packed& p, DType t, int64_t d) {
-  TensorRef v = make_tensor(at(buf, p.offset), t, p.rows, p.heads, d);
-  v.strides[0] = p.tok;
-  return v;
+  return packed(at(buf, p.offset), t, p.rows, p.heads, d, p.tok);
 }
 
 // The batch-1 (1, n, heads, head_dim) view of rows [r0, r0 + n) of `p`: the token stride becomes
@@ -227,19 +226,13 @@ Fwd forward_part(const Bwd& a) {
   return f;
 }
 
-std::vector<int32_t> cumulative(const std::vector<int>& lens) {
-  std::vector<int32_t> cu(1, 0);
-  for (int x : lens) cu.push_back(cu.back() + x);
-  return cu;
-}
-
 // Allocates and fills the problem `c` (random finite q/k/v/dout everywhere, padding and uncovered
 // rows included; the index tensors in one int32 buffer: cu_q, cu_k, seqused_q, seqused_k), runs
 // forward_varlen into a poisoned out/lse and fills r.args for backward_varlen.
 Result setup(Instance& r, const Case& c) {
   r.c = c;
-  r.cu_q = cumulative(c.len_q);
-  r.cu_k = cumulative(c.len_k);
+  r.cu_q = prefix_sums(c.len_q);
+  r.cu_k = prefix_sums(c.len_k);
   r.batch = static_cast<int64_t>(c.len_q.size());
   std::tie(r.hq, r.hkv, r.d, r.es) = std::make_tuple(c.heads_q, c.heads_kv, int64_t{c.head_dim}, dtype_size(c.dtype));
   if (c.fused) {

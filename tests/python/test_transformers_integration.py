@@ -8,9 +8,20 @@
 #    without repeat_kv, which masks run the kernel and which fall back to SDPA (counted, warned once),
 #    the unsupported arguments; and a tiny random Llama end to end against "sdpa" (logits, padding,
 #    chunked prefill, greedy generate with dynamic and static caches).
+#  - Padding masks, on the CPU (hopattn.varlen_attention monkeypatched with a recording plain-torch
+#    implementation of its contract, and the integration's CUDA check with "yes"): the unpad/repad
+#    indices against a loop, the reading of transformers' own masks (left, right, middle padding,
+#    empty rows; prefill, chunk, decode; causal and bidirectional; a static cache's tail) and of what
+#    is not padding (sliding windows, packed sequences, holes, per-head masks), the varlen call
+#    against sdpa, with a gradient (the varlen route too: gradients against sdpa's), the fallbacks
+#    (CPU tensors, other masks), and the tiny Llama with padding end to end (logits at kept
+#    positions, left-padded greedy generate, a training step's loss and gradients).
 #  - With torch, transformers, the library and an sm_90 GPU: a tiny random Llama (GQA, bf16) with
-#    "hopattn" against "sdpa": logits without and with a padding mask, greedy generate() of 32
-#    tokens with the KV cache, and a backward pass.
+#    "hopattn" against "sdpa": logits without and with a padding mask (the varlen kernel), greedy
+#    generate() of 32 tokens with the KV cache, without padding and left-padded (dynamic and static
+#    cache), a backward pass, and a training step on a left-padded batch (the varlen forward and
+#    backward: loss and parameter gradients); attention_forward with padding masks against sdpa's
+#    math.
 # Skips (through pytest.importorskip) without torch or transformers: the GPU machine may not have
 # transformers installed.
 import copy
@@ -278,7 +289,8 @@ def test_static_cache_decode_mask_trims_the_unused_keys(hf, kernel):
 
 
 @pytest.mark.parametrize("side", ["left", "right"])
-def test_padding_mask_falls_back_to_sdpa_counted_and_warned_once(hf, kernel, side):
+def test_padding_mask_on_cpu_tensors_falls_back_to_sdpa_counted_and_warned_once(hf, kernel, side):
+    # The varlen kernel takes CUDA tensors: on CPU tensors a padding mask goes to sdpa.
     torch = hf.torch
     module = make_module(torch)
     query, key, value = make_qkv(torch, seqlen_q=6, seqlen_k=6)
@@ -288,15 +300,15 @@ def test_padding_mask_falls_back_to_sdpa_counted_and_warned_once(hf, kernel, sid
     else:
         padding[1, 4:] = 0
     mask = causal_bool_mask(torch, 2, 6, 6, padding)
-    with pytest.warns(hf.integ.FallbackWarning, match="issue 6"):
+    with pytest.warns(hf.integ.FallbackWarning, match="non-CUDA"):
         out, _ = hf.integ.attention_forward(module, query, key, value, mask)
     assert kernel.calls == []
-    assert hf.integ.stats() == {"sdpa_fallback": 1, "sdpa_fallback:padding_mask": 1}
+    assert hf.integ.stats() == {"sdpa_fallback": 1, "sdpa_fallback:padding_mask_not_cuda": 1}
     assert torch.equal(out, hf.sdpa(module, query, key, value, mask)[0])
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # warned once per reason, not per call
         hf.integ.attention_forward(module, query, key, value, mask.clone())
-    assert hf.integ.stats()["sdpa_fallback:padding_mask"] == 2 and kernel.calls == []
+    assert hf.integ.stats()["sdpa_fallback:padding_mask_not_cuda"] == 2 and kernel.calls == []
 
 
 def test_float_masks(hf, kernel):
@@ -316,7 +328,7 @@ def test_float_masks(hf, kernel):
     with pytest.warns(hf.integ.FallbackWarning):
         out, _ = hf.integ.attention_forward(module, query, key, value, biased)
     assert len(kernel.calls) == 2
-    assert hf.integ.stats()["sdpa_fallback:padding_mask"] == 1
+    assert hf.integ.stats() == {"kernel": 2, "sdpa_fallback": 1, "sdpa_fallback:unsupported_mask": 1}
     assert torch.equal(out, hf.sdpa(module, query, key, value, biased)[0])
 
 
@@ -429,6 +441,372 @@ def test_deterministic_follows_torch(hf, kernel):
     assert kernel.calls[0].deterministic is True
 
 
+# --- padding masks: the variable-length route ----------------------------------------------------------
+
+
+def reference_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=False,
+                     softmax_scale=None):
+    """hopattn.varlen_attention's contract in plain torch: packed (total, heads, head_dim), each
+    sequence through reference_attention (bottom-right causal; a row without keys gives 0)."""
+    import torch
+
+    out = torch.zeros_like(q)
+    cu_q, cu_k = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
+    for b in range(len(cu_q) - 1):
+        sq, sk = cu_q[b + 1] - cu_q[b], cu_k[b + 1] - cu_k[b]
+        assert sq <= max_seqlen_q and sk <= max_seqlen_k
+        if sq == 0:
+            continue
+        if sk == 0:
+            continue  # no keys: 0
+        out[cu_q[b]:cu_q[b + 1]] = reference_attention(q[None, cu_q[b]:cu_q[b + 1]], k[None, cu_k[b]:cu_k[b + 1]],
+                                                       v[None, cu_k[b]:cu_k[b + 1]], causal, softmax_scale)[0]
+    return out
+
+
+class RecordingVarlen:
+    """Stands in for hopattn.varlen_attention: checks the call against its contract (int32 contiguous
+    cu_seqlens on q's device, max_seqlen ints at least every length, contiguous packed inputs),
+    records it and returns reference_varlen (plain torch, so differentiable like the real one)."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=False,
+                 softmax_scale=None, seqused_q=None, seqused_k=None, return_lse=False, check_index_values=False,
+                 deterministic=False):
+        import torch
+
+        assert not return_lse and seqused_q is None and seqused_k is None
+        assert q.dim() == k.dim() == v.dim() == 3 and k.shape == v.shape and q.shape[-1] == k.shape[-1]
+        for cu, total in ((cu_seqlens_q, q.shape[0]), (cu_seqlens_k, k.shape[0])):
+            assert cu.dtype == torch.int32 and cu.is_contiguous() and cu.device == q.device
+            assert cu[0].item() == 0 and cu[-1].item() == total and bool((cu[1:] >= cu[:-1]).all())
+        assert type(max_seqlen_q) is int and type(max_seqlen_k) is int
+        assert max_seqlen_q == int((cu_seqlens_q[1:] - cu_seqlens_q[:-1]).max())
+        assert max_seqlen_k == int((cu_seqlens_k[1:] - cu_seqlens_k[:-1]).max())
+        self.calls.append(types.SimpleNamespace(q=q, k=k, v=v, cu_seqlens_q=cu_seqlens_q.tolist(),
+                                                cu_seqlens_k=cu_seqlens_k.tolist(), max_seqlen_q=max_seqlen_q,
+                                                max_seqlen_k=max_seqlen_k, causal=causal,
+                                                softmax_scale=softmax_scale, deterministic=deterministic))
+        return reference_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal,
+                                softmax_scale)
+
+
+@pytest.fixture
+def varlen(hf, kernel, monkeypatch):
+    """The varlen route on the CPU: hopattn.varlen_attention replaced by RecordingVarlen and the
+    integration's CUDA check by "yes" (the dense kernel is the recording one as well)."""
+    fake = RecordingVarlen()
+    monkeypatch.setattr(hopattn, "varlen_attention", fake)
+    monkeypatch.setattr(hf.integ, "_varlen_device_ok", lambda *tensors: True)
+    return fake
+
+
+def loop_unpad(keep):
+    """The packing by hand: per batch row, the positions kept, in order."""
+    rows = [[pos for pos, k in enumerate(row) if k] for row in keep.tolist()]
+    cu = [0]
+    for row in rows:
+        cu.append(cu[-1] + len(row))
+    return rows, cu
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_unpad_indices_and_repad_match_a_loop(hf, seed):
+    torch, integ = hf.torch, hf.integ
+    gen = torch.Generator().manual_seed(seed)
+    batch, q_len, kv_len = 5, 7, 11
+    query_keep = torch.rand(batch, q_len, generator=gen) < 0.6
+    key_keep = torch.rand(batch, kv_len, generator=gen) < 0.6
+    query_keep[0] = True  # a row without padding
+    query_keep[1] = False  # a row with no kept query
+    key_keep[2] = False  # a row with no kept key
+    query_keep[3, :4] = False  # left padding
+    key_keep[4, 8:] = False  # right padding
+    idx = integ._unpad_indices(torch, query_keep, key_keep)
+    rows_q, cu_q = loop_unpad(query_keep)
+    rows_k, cu_k = loop_unpad(key_keep)
+    assert idx.cu_seqlens_q.dtype == torch.int32 and idx.cu_seqlens_k.dtype == torch.int32
+    assert idx.cu_seqlens_q.tolist() == cu_q and idx.cu_seqlens_k.tolist() == cu_k
+    assert idx.max_seqlen_q == max(map(len, rows_q)) and idx.max_seqlen_k == max(map(len, rows_k))
+    assert idx.total_q == cu_q[-1] and idx.total_k == cu_k[-1]
+
+    # The gather: (batch, seq, heads, dim) as transformers' transposed views, packed by hand.
+    x = torch.randn(batch, 3, q_len, 4, generator=gen).transpose(1, 2)  # non-contiguous (batch, seq, heads, dim)
+    packed = integ._unpad(x, idx.q_batch, idx.q_pos)
+    want = torch.stack([x[b, pos] for b, row in enumerate(rows_q) for pos in row])
+    assert packed.is_contiguous() and torch.equal(packed, want)
+    y = torch.randn(batch, 2, kv_len, 4, generator=gen).transpose(1, 2)
+    want_k = torch.stack([y[b, pos] for b, row in enumerate(rows_k) for pos in row])
+    assert torch.equal(integ._unpad(y, idx.k_batch, idx.k_pos), want_k)
+
+    # The scatter back: kept rows in place, the others 0.
+    back = integ._repad(torch, packed * 2, idx.q_batch, idx.q_pos, batch, q_len)
+    want_back = torch.zeros(batch, q_len, 3, 4)
+    for b, row in enumerate(rows_q):
+        for pos in row:
+            want_back[b, pos] = 2 * x[b, pos]
+    assert back.is_contiguous() and torch.equal(back, want_back)
+
+
+def sdpa_style_mask(hf, padding, q_len, kv_len, causal=True, window=None):
+    """transformers' own sdpa_mask for a (batch, kv_len) 0/1 padding mask and the last q_len positions
+    of kv_len (or, with causal=False, the bidirectional mask)."""
+    masking_utils = pytest.importorskip("transformers.masking_utils")
+    if causal:
+        fn = masking_utils.causal_mask_function
+        if window is not None:
+            fn = masking_utils.sliding_window_causal_mask_function(window)
+    else:
+        fn = masking_utils.bidirectional_mask_function
+    mask = masking_utils.sdpa_mask(batch_size=padding.shape[0], q_length=q_len, kv_length=kv_len,
+                                   q_offset=kv_len - q_len, mask_function=fn, attention_mask=padding.bool(),
+                                   allow_is_causal_skip=False)
+    assert mask.dtype == hf.torch.bool and mask.shape == (padding.shape[0], 1, q_len, kv_len)
+    return mask
+
+
+PADDINGS = {
+    # (batch, kv_len) 0/1: what transformers' attention_mask holds for the cache and the new tokens.
+    "left": [[0, 0, 1, 1, 1, 1, 1, 1, 1], [1] * 9, [0, 0, 0, 0, 0, 0, 1, 1, 1]],
+    "right": [[1, 1, 1, 1, 1, 1, 0, 0, 0], [1] * 9, [1, 1, 1, 1, 1, 0, 0, 0, 0]],
+    "middle": [[1, 1, 0, 0, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1, 1, 0, 1], [0, 1, 1, 1, 0, 1, 1, 1, 1]],
+    "empty_row": [[0] * 9, [0, 1, 1, 1, 1, 1, 1, 1, 1], [1] * 9],
+}
+
+
+def expected_layout(torch, padding, q_len, causal):
+    """What _padding_layout must find, from the 2-D padding mask: keys = the padding mask; queries =
+    the padding of the last q_len positions (causal), or all queries (bidirectional)."""
+    keys = padding.bool()
+    queries = keys[:, -q_len:] if causal else torch.ones(padding.shape[0], q_len, dtype=torch.bool)
+    return queries, keys
+
+
+@pytest.mark.parametrize("side", sorted(PADDINGS))
+@pytest.mark.parametrize("q_len", [9, 4, 1])  # prefill, a chunk after 5 cached tokens, a decode step
+@pytest.mark.parametrize("causal", [True, False])
+def test_padding_layout_of_transformers_masks(hf, side, q_len, causal):
+    torch, integ = hf.torch, hf.integ
+    padding = torch.tensor(PADDINGS[side])
+    mask = sdpa_style_mask(hf, padding, q_len, 9, causal)
+    layout = integ._padding_layout(torch, mask)
+    assert layout is not None
+    got_causal, queries, keys = layout
+    if q_len == 1 or not causal:
+        # Every query of a row sees the same keys: one non-causal sequence per row, all queries kept.
+        assert got_causal is False
+        assert queries.all() and torch.equal(keys, mask[:, 0, 0])
+        if not causal:
+            assert torch.equal(keys, padding.bool())
+    else:
+        want_queries, want_keys = expected_layout(torch, padding, q_len, causal)
+        assert got_causal is True
+        assert torch.equal(queries, want_queries) and torch.equal(keys, want_keys)
+
+
+@pytest.mark.parametrize("q_len", [9, 4, 1])
+def test_padding_layout_with_a_static_cache_tail(hf, q_len):
+    # A static cache of 14 slots, 9 used: the mask has 5 trailing keys nobody sees. The queries stand at
+    # the end of the used part, not of the whole cache: the offset is read from the mask.
+    torch, integ = hf.torch, hf.integ
+    padding = torch.tensor(PADDINGS["left"])
+    used = sdpa_style_mask(hf, padding, q_len, 9)
+    mask = torch.zeros(3, 1, q_len, 14, dtype=torch.bool)
+    mask[..., :9] = used
+    got_causal, queries, keys = integ._padding_layout(torch, mask)
+    assert got_causal is (q_len > 1)
+    want_queries, want_keys = expected_layout(torch, padding, q_len, True)
+    assert torch.equal(keys[:, :9], want_keys) and not keys[:, 9:].any()
+    if q_len > 1:
+        assert torch.equal(queries, want_queries)
+
+
+def test_padding_layout_rejects_what_is_not_padding(hf):
+    torch, integ = hf.torch, hf.integ
+    padding = torch.tensor(PADDINGS["left"])
+    # A sliding window (with padding), as Mistral's or Gemma's local layers build it.
+    assert integ._padding_layout(torch, sdpa_style_mask(hf, padding, 9, 9, window=3)) is None
+    # Packed sequences (a block-diagonal causal mask): tokens of the first document are no padding.
+    docs = causal_bool_mask(torch, 1, 8, 8).clone()
+    docs[:, :, 4:, :4] = False
+    assert integ._padding_layout(torch, docs) is None
+    # One query row missing one key it should see.
+    holed = sdpa_style_mask(hf, padding, 9, 9).clone()
+    holed[0, 0, 6, 3] = False
+    assert integ._padding_layout(torch, holed) is None
+    # A padding row that sees a key it should not.
+    extra = sdpa_style_mask(hf, padding, 9, 9).clone()
+    extra[2, 0, 1, 7] = True
+    assert integ._padding_layout(torch, extra) is None
+    # Heads with different masks.
+    two_heads = sdpa_style_mask(hf, padding, 9, 9).expand(3, 2, 9, 9).clone()
+    two_heads[1, 1, 8, 8] = False
+    assert integ._padding_layout(torch, two_heads) is None
+    # The top-left aligned causal mask with more queries than keys.
+    assert integ._padding_layout(torch, torch.ones(1, 1, 6, 4, dtype=torch.bool).tril()) is None
+    # Everything masked everywhere: kept nothing, causal (and full: one pattern) - all rows 0.
+    nothing = integ._padding_layout(torch, torch.zeros(2, 1, 3, 5, dtype=torch.bool))
+    assert nothing is not None and not nothing[2].any()
+
+
+CASES = [
+    # (side, q_len, kv_len, module causal): prefill, a chunk into a cache, a decode step, bidirectional.
+    ("left", 9, 9, True), ("right", 9, 9, True), ("middle", 9, 9, True), ("empty_row", 9, 9, True),
+    ("left", 4, 9, True), ("right", 4, 9, True), ("left", 1, 9, True), ("middle", 1, 9, True),
+    ("left", 9, 9, False), ("right", 9, 9, False), ("empty_row", 9, 9, False),
+]
+
+
+@pytest.mark.parametrize("side, q_len, kv_len, causal", CASES)
+def test_padding_mask_runs_the_varlen_kernel(hf, varlen, kernel, side, q_len, kv_len, causal):
+    torch, integ = hf.torch, hf.integ
+    padding = torch.tensor(PADDINGS[side])
+    module = make_module(torch, is_causal=causal)
+    query, key, value = make_qkv(torch, batch=3, seqlen_q=q_len, seqlen_k=kv_len)
+    mask = sdpa_style_mask(hf, padding, q_len, kv_len, causal)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback
+        out, weights = integ.attention_forward(module, query, key, value, mask, scaling=0.3)
+    assert weights is None and kernel.calls == []
+    assert integ.stats() == {"varlen": 1}
+    (call,) = varlen.calls
+    assert call.softmax_scale == 0.3
+    assert call.causal is (causal and q_len > 1)
+    queries, keys = expected_layout(torch, padding, q_len, causal and q_len > 1)
+    assert call.cu_seqlens_q == [0] + queries.sum(1).cumsum(0).tolist()
+    assert call.cu_seqlens_k == [0] + keys.sum(1).cumsum(0).tolist()
+    assert call.q.shape == (queries.sum().item(), 4, 16) and call.k.shape == (keys.sum().item(), 2, 16)
+    assert out.shape == (3, q_len, 4, 16) and out.is_contiguous()
+    # Kept queries: what sdpa computes with the mask; the others (padding) 0.
+    want, _ = hf.sdpa(module, query, key, value, mask, scaling=0.3)
+    close(torch, out[queries], want[queries])
+    assert not out[~queries].any()
+    # A left-padding row sees no key: sdpa gives 0 there as well, so those rows match too.
+    no_key = ~mask[:, 0].any(-1)
+    close(torch, out[no_key], want[no_key])
+
+
+def test_padding_mask_with_static_cache_tail_and_additive_mask(hf, varlen):
+    # A chunk of 4 queries into a static cache of 14 slots (9 used), the mask additive as older
+    # transformers built it.
+    torch, integ = hf.torch, hf.integ
+    padding = torch.tensor(PADDINGS["left"])
+    module = make_module(torch)
+    query, key, value = make_qkv(torch, batch=3, seqlen_q=4, seqlen_k=14)
+    visible = torch.zeros(3, 1, 4, 14, dtype=torch.bool)
+    visible[..., :9] = sdpa_style_mask(hf, padding, 4, 9)
+    for mask in (visible, torch.zeros(3, 1, 4, 14).masked_fill(~visible, torch.finfo(torch.float32).min)):
+        integ.reset_stats()
+        out, _ = integ.attention_forward(module, query, key, value, mask)
+        assert integ.stats() == {"varlen": 1}
+        call = varlen.calls[-1]
+        assert call.causal is True and call.cu_seqlens_k == [0, 7, 16, 19]  # the tail is dropped
+        queries = padding.bool()[:, 5:9]
+        close(torch, out[queries], hf.sdpa(module, query, key, value, mask)[0][queries])
+
+
+@pytest.mark.parametrize("side, causal", [("left", True), ("right", True), ("middle", True), ("empty_row", True),
+                                          ("right", False)])
+def test_padding_mask_with_grad_runs_the_varlen_kernel(hf, varlen, kernel, side, causal):
+    # varlen_attention is differentiable: with a gradient required (training), a padding mask still
+    # runs the varlen kernel, and the gradients through the gather, the kernel and the scatter are
+    # sdpa's for a loss on the kept queries (padding query rows are 0 here, and nobody attends to
+    # padding keys, so padding tokens get gradient 0 in both).
+    torch, integ = hf.torch, hf.integ
+    padding = torch.tensor(PADDINGS[side])
+    module = make_module(torch, is_causal=causal)
+    query, key, value = make_qkv(torch, batch=3, seqlen_q=9, seqlen_k=9)
+    mask = sdpa_style_mask(hf, padding, 9, 9, causal)
+    queries, _ = expected_layout(torch, padding, 9, causal)
+    weight = torch.randn(3, 9, 4, 16, generator=torch.Generator().manual_seed(7))
+    grads = {}
+    for name in ("hopattn", "sdpa"):
+        q, k, v = (t.detach().clone().requires_grad_(True) for t in (query, key, value))
+        if name == "hopattn":
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")  # no fallback
+                out, _ = integ.attention_forward(module, q, k, v, mask)
+            assert out.requires_grad
+        else:
+            out, _ = hf.sdpa(module, q, k, v, mask)
+        (out[queries] * weight[queries]).sum().backward()
+        grads[name] = (out.detach(), q.grad, k.grad, v.grad)
+    assert kernel.calls == [] and integ.stats() == {"varlen": 1}
+    (call,) = varlen.calls
+    assert call.causal is causal and call.deterministic is False
+    assert call.q.requires_grad and call.k.requires_grad and call.v.requires_grad
+    out_h, dq_h, dk_h, dv_h = grads["hopattn"]
+    out_s, dq_s, dk_s, dv_s = grads["sdpa"]
+    close(torch, out_h[queries], out_s[queries])
+    # dq: (batch, heads, seq, dim) like query; kept queries as sdpa, padding queries 0.
+    kept_q = queries[:, None, :].expand(3, 4, 9)
+    close(torch, dq_h[kept_q], dq_s[kept_q])
+    assert not dq_h[~kept_q].any()
+    # dk/dv: every key (padding keys get 0 in both: nobody attends to them).
+    close(torch, dk_h, dk_s)
+    close(torch, dv_h, dv_s)
+    keys = padding.bool()[:, None, :].expand(3, 2, 9)
+    assert not dk_h[~keys].any() and not dv_h[~keys].any()
+
+
+def test_padding_mask_deterministic_follows_torch(hf, varlen):
+    torch, integ = hf.torch, hf.integ
+    module = make_module(torch)
+    query, key, value = make_qkv(torch, batch=3, seqlen_q=9, seqlen_k=9)
+    mask = sdpa_style_mask(hf, torch.tensor(PADDINGS["left"]), 9, 9)
+    previous = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        integ.attention_forward(module, query.requires_grad_(True), key, value, mask)
+    finally:
+        torch.use_deterministic_algorithms(previous)
+    assert varlen.calls[0].deterministic is True
+    assert integ.stats() == {"varlen": 1}
+
+
+def test_unsupported_masks_fall_back(hf, varlen):
+    torch, integ = hf.torch, hf.integ
+    padding = torch.tensor(PADDINGS["left"])
+    module = make_module(torch)
+    query, key, value = make_qkv(torch, batch=3, seqlen_q=9, seqlen_k=9)
+    mask = sdpa_style_mask(hf, padding, 9, 9, window=3)
+    with pytest.warns(integ.FallbackWarning, match="sliding window"):
+        out, _ = integ.attention_forward(module, query, key, value, mask)
+    assert varlen.calls == []
+    assert integ.stats() == {"sdpa_fallback": 1, "sdpa_fallback:unsupported_mask": 1}
+    assert torch.equal(out, hf.sdpa(module, query, key, value, mask)[0])
+
+
+def test_padding_plan_is_made_once_per_mask_object(hf, varlen, monkeypatch):
+    torch, integ = hf.torch, hf.integ
+    seen = []
+    layout = integ._padding_layout
+    monkeypatch.setattr(integ, "_padding_layout", lambda *a: seen.append(1) or layout(*a))
+    module = make_module(torch)
+    query, key, value = make_qkv(torch, batch=3, seqlen_q=9, seqlen_k=9)
+    mask = sdpa_style_mask(hf, torch.tensor(PADDINGS["right"]), 9, 9)
+    for _ in range(3):
+        integ.attention_forward(module, query, key, value, mask)
+    assert len(seen) == 1 and len(varlen.calls) == 3
+    mask[0, 0, 8, 0] = False  # changed in place: read again (a padding row now seeing fewer keys)
+    with pytest.warns(integ.FallbackWarning):
+        integ.attention_forward(module, query, key, value, mask)
+    assert len(seen) == 2 and len(varlen.calls) == 3
+
+
+def test_padding_mask_with_smaller_value_head_dim(hf, varlen):
+    torch, integ = hf.torch, hf.integ
+    module = make_module(torch)
+    query, key, value = make_qkv(torch, batch=3, seqlen_q=9, seqlen_k=9, head_dim=16, v_head_dim=8)
+    mask = sdpa_style_mask(hf, torch.tensor(PADDINGS["left"]), 9, 9)
+    out, _ = integ.attention_forward(module, query, key, value, mask)
+    assert varlen.calls[0].v.shape[-1] == 16 and out.shape == (3, 9, 4, 8)
+    queries = torch.tensor(PADDINGS["left"]).bool()
+    close(torch, out[queries], hf.sdpa(module, query, key, value, mask)[0][queries])
+
+
 # --- a tiny Llama: shared by the CPU end-to-end test and the GPU tests ------------------------------
 
 
@@ -470,15 +848,44 @@ def greedy(model, ids, steps, **kwargs):
     return out.sequences, out.scores
 
 
+def padding_labels(ids, mask):
+    """Causal-LM labels that read only kept positions: -100 at a padding token and at the token right
+    after one (transformers shifts labels by one, so that token's logits are a padding position's)."""
+    before = mask.roll(1, dims=1)
+    before[:, 0] = 1
+    return ids.masked_fill((mask == 0) | (before == 0), -100)
+
+
+def train_step(hf, model, ids, **kwargs):
+    """One forward and backward of `model` (train mode, attention_dropout 0.0, so no dropout reaches
+    the attention function) with labels; returns (loss, {name: float32 gradient}, stats())."""
+    integ = hf.integ
+    model.train()
+    model.zero_grad(set_to_none=True)
+    integ.reset_stats()
+    try:
+        loss = model(ids, **kwargs).loss
+        loss.backward()
+        grads = {n: p.grad.float() for n, p in model.named_parameters() if p.grad is not None}
+    finally:
+        model.eval()
+        model.zero_grad(set_to_none=True)
+    return loss.detach().float(), grads, integ.stats()
+
+
+def cpu_llama(hf):
+    """The tiny Llama pair in float32 on the CPU (the CPU end-to-end tests) and a (2, 20) batch."""
+    torch = hf.torch
+    model_h, model_s = tiny_llama_pair(hf, "cpu", torch.float32, hidden=64, head_dim=16, vocab=100)
+    ids = torch.randint(3, 100, (2, 20), generator=torch.Generator().manual_seed(1))
+    return model_h, model_s, model_h.config.num_hidden_layers, ids
+
+
 def test_tiny_llama_cpu_end_to_end(hf, kernel):
     # float32 on the CPU, the kernel replaced by reference_attention: checks the integration inside
     # transformers' real models, masks and caches. The GPU tests below run the real kernels.
-    torch = hf.torch
-    model_h, model_s = tiny_llama_pair(hf, "cpu", torch.float32, hidden=64, head_dim=16, vocab=100)
-    layers = model_h.config.num_hidden_layers
-    gen = torch.Generator().manual_seed(1)
-    ids = torch.randint(3, 100, (2, 20), generator=gen)
-    integ = hf.integ
+    torch, integ = hf.torch, hf.integ
+    model_h, model_s, layers, ids = cpu_llama(hf)
     with torch.no_grad():
         # No mask, and an all-ones mask (transformers then builds none): the kernel, causal.
         for mask in (None, torch.ones_like(ids)):
@@ -486,14 +893,15 @@ def test_tiny_llama_cpu_end_to_end(hf, kernel):
             close(torch, model_h(ids, attention_mask=mask).logits, model_s(ids, attention_mask=mask).logits)
             assert integ.stats() == {"kernel": layers}
             assert kernel.calls[-1].causal is True and kernel.calls[-1].k.shape[2] == 2  # GQA, no repeat
-        # Padding: every layer falls back to SDPA with the mask.
+        # Padding on CPU tensors (the varlen kernel takes CUDA tensors): every layer falls back to
+        # SDPA with the mask. test_tiny_llama_cpu_varlen_end_to_end runs the varlen route.
         for side in ("left", "right"):
             integ.reset_stats()
             mask = padding_mask(torch, 2, 20, side, "cpu")
-            with pytest.warns(integ.FallbackWarning, match="issue 6"):  # reset_stats() re-arms it
+            with pytest.warns(integ.FallbackWarning, match="non-CUDA"):  # reset_stats() re-arms it
                 got = model_h(ids, attention_mask=mask).logits
             assert torch.equal(got, model_s(ids, attention_mask=mask).logits)
-            assert integ.stats() == {"sdpa_fallback": layers, "sdpa_fallback:padding_mask": layers}
+            assert integ.stats() == {"sdpa_fallback": layers, "sdpa_fallback:padding_mask_not_cuda": layers}
         # Chunked prefill into a dynamic cache: the second chunk's mask is bottom-right causal.
         integ.reset_stats()
         calls = len(kernel.calls)
@@ -515,27 +923,92 @@ def test_tiny_llama_cpu_end_to_end(hf, kernel):
             seq_s, _ = greedy(model_s, ids, 8, attention_mask=torch.ones_like(ids), **extra)
             assert torch.equal(seq_h, seq_s) and seq_h.shape == (2, 28)
             assert integ.stats() == {"kernel": 8 * layers}
-        # Left-padded generation: every step falls back (the mask keeps the padding).
+        # Left-padded generation on CPU tensors: every step falls back (the mask keeps the padding).
         integ.reset_stats()
         mask = padding_mask(torch, 2, 20, "left", "cpu")
-        with pytest.warns(integ.FallbackWarning, match="issue 6"):
+        with pytest.warns(integ.FallbackWarning, match="non-CUDA"):
             seq_h, _ = greedy(model_h, ids, 3, attention_mask=mask)
         seq_s, _ = greedy(model_s, ids, 3, attention_mask=mask)
         assert torch.equal(seq_h, seq_s)
-        assert integ.stats() == {"sdpa_fallback": 3 * layers, "sdpa_fallback:padding_mask": 3 * layers}
+        assert integ.stats() == {"sdpa_fallback": 3 * layers, "sdpa_fallback:padding_mask_not_cuda": 3 * layers}
+
+
+def test_tiny_llama_cpu_varlen_end_to_end(hf, varlen):
+    # The varlen route inside transformers' real model, masks and caches, on the CPU (float32,
+    # hopattn.varlen_attention replaced by reference_varlen, the CUDA check by "yes"): padded batches,
+    # left and right, give sdpa's logits at every kept position, and left-padded greedy generation
+    # (dynamic and static cache) gives sdpa's tokens. The GPU tests below run the real kernel.
+    torch, integ = hf.torch, hf.integ
+    model_h, model_s, layers, ids = cpu_llama(hf)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", integ.FallbackWarning)  # nothing falls back
+        for side in ("left", "right"):
+            integ.reset_stats()
+            mask = padding_mask(torch, 2, 20, side, "cpu")
+            got = model_h(ids, attention_mask=mask).logits
+            want = model_s(ids, attention_mask=mask).logits
+            assert integ.stats() == {"varlen": layers}
+            keep = mask.bool()
+            close(torch, got[keep], want[keep])
+            call = varlen.calls[-1]
+            assert call.causal is True
+            # left: row 0 keeps its last 15 tokens; right: row 1 its first 16.
+            assert call.cu_seqlens_q == call.cu_seqlens_k == ([0, 15, 35] if side == "left" else [0, 20, 36])
+        for cache in (None, "static"):
+            integ.reset_stats()
+            extra = {} if cache is None else {"cache_implementation": cache}
+            mask = padding_mask(torch, 2, 20, "left", "cpu")
+            seq_h, scores_h = greedy(model_h, ids, 4, attention_mask=mask, **extra)
+            seq_s, scores_s = greedy(model_s, ids, 4, attention_mask=mask, **extra)
+            assert torch.equal(seq_h, seq_s)
+            for a, b in zip(scores_h, scores_s):
+                close(torch, a, b)
+            # Prefill (causal, row 0 keeps 15 of 20) and 3 decode steps (one query, all kept keys).
+            assert integ.stats() == {"varlen": 4 * layers}
+            prefill, last = varlen.calls[-4 * layers], varlen.calls[-1]
+            assert prefill.causal is True and prefill.cu_seqlens_q == [0, 15, 35]
+            assert last.causal is False and last.cu_seqlens_q == [0, 1, 2] and last.cu_seqlens_k == [0, 18, 41]
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_tiny_llama_cpu_varlen_training_step(hf, varlen, side):
+    # Training with padding on the varlen route (CPU, float32, the stand-in's plain-torch reference
+    # is differentiable like varlen_attention): every layer runs varlen in the forward, and the loss
+    # and every parameter gradient are sdpa's. test_gpu_training_step_left_padded_matches_sdpa runs
+    # the real kernels.
+    torch, integ = hf.torch, hf.integ
+    model_h, model_s, layers, ids = cpu_llama(hf)
+    mask = padding_mask(torch, 2, 20, side, "cpu")
+    labels = padding_labels(ids, mask)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", integ.FallbackWarning)  # nothing falls back
+        loss_h, grads_h, stats = train_step(hf, model_h, ids, attention_mask=mask, labels=labels)
+    assert stats == {"varlen": layers}
+    assert len(varlen.calls) == layers and all(call.q.requires_grad for call in varlen.calls)
+    loss_s, grads_s, _ = train_step(hf, model_s, ids, attention_mask=mask, labels=labels)
+    torch.testing.assert_close(loss_h, loss_s, atol=1e-5, rtol=1e-5)
+    assert grads_h.keys() == grads_s.keys() and len(grads_s) == len(list(model_s.parameters()))
+    for name, want in grads_s.items():
+        torch.testing.assert_close(grads_h[name], want, atol=1e-5, rtol=1e-4, msg=lambda m: f"{name}: {m}")
 
 
 # --- GPU: the real kernels -----------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def gpu_pair(hf):
+def sm90_kernel_pair(hf, want_backward):
+    """(dtype, head_dim) of a built kernel (gpu_kernel_pair, head_dim 64 preferred); skips without an
+    sm_90 GPU."""
     torch = hf.torch
     if not (torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)):
         pytest.skip("needs an sm_90 GPU")
     from hopattn_test_support import gpu_kernel_pair
 
-    dtype, head_dim = gpu_kernel_pair(want_backward=True, prefer_head_dim=64)
+    return gpu_kernel_pair(want_backward=want_backward, prefer_head_dim=64)
+
+
+@pytest.fixture(scope="module")
+def gpu_pair(hf):
+    dtype, head_dim = sm90_kernel_pair(hf, want_backward=True)
     model_h, model_s = tiny_llama_pair(hf, "cuda", dtype, hidden=4 * head_dim, head_dim=head_dim)
     return types.SimpleNamespace(device="cuda", dtype=dtype, model_h=model_h, model_s=model_s,
                                  layers=model_h.config.num_hidden_layers)
@@ -570,21 +1043,122 @@ def test_gpu_logits_match_sdpa_without_mask(hf, gpu_pair):
 
 @pytest.mark.parametrize("side", ["left", "right"])
 def test_gpu_logits_match_sdpa_with_padding_mask(hf, gpu_pair, side):
-    # Until hopattn has a variable-length kernel (issue 6), a padding mask goes through the
-    # integration's fallback to torch SDPA with the mask, in every layer: this checks that the
-    # fallback is taken, counted and gives sdpa's results.
+    # A padding mask runs hopattn's variable-length kernel in every layer (no gradient required): the
+    # logits of every kept position are sdpa's.
     torch, integ = hf.torch, hf.integ
     gen = torch.Generator(device=gpu_pair.device).manual_seed(1)
     ids = torch.randint(3, 1000, (2, 64), device=gpu_pair.device, generator=gen)
     mask = padding_mask(torch, 2, 64, side, gpu_pair.device)
     integ.reset_stats()
     with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("ignore", integ.FallbackWarning)
+        warnings.simplefilter("error", integ.FallbackWarning)
         got = gpu_pair.model_h(ids, attention_mask=mask).logits
+        assert integ.stats() == {"varlen": gpu_pair.layers}
         want = gpu_pair.model_s(ids, attention_mask=mask).logits
-    assert integ.stats() == {"sdpa_fallback": gpu_pair.layers, "sdpa_fallback:padding_mask": gpu_pair.layers}
-    keep = mask.bool()  # logits of padding positions are not meaningful
+    keep = mask.bool()  # logits of padding positions are not meaningful (hopattn's padding rows are 0)
     assert_logits_close(torch, got[keep], want[keep], f"{side} padding")
+
+
+@pytest.fixture(scope="module")
+def gpu_kernel(hf):
+    dtype, head_dim = sm90_kernel_pair(hf, want_backward=False)
+    return types.SimpleNamespace(dtype=dtype, head_dim=head_dim)
+
+
+def gpu_padding(torch, side, batch, kv_len):
+    """(batch, kv_len) 0/1 padding masks of several lengths (longer than a kernel tile), and one
+    row without padding."""
+    padding = torch.ones(batch, kv_len, dtype=torch.long)
+    for b, pad in enumerate([0, 37, 150, kv_len - 3][:batch]):
+        if side == "left":
+            padding[b, :pad] = 0
+        elif side == "right":
+            padding[b, kv_len - pad:] = 0
+        else:  # a hole in the middle
+            padding[b, pad // 2: pad // 2 + pad // 3] = 0
+    return padding
+
+
+GPU_CASES = [
+    # (side, q_len, kv_len, module causal): prefill, a chunk after a cache, a decode step, bidirectional.
+    ("left", 300, 300, True), ("right", 300, 300, True), ("middle", 300, 300, True),
+    ("left", 70, 300, True), ("right", 70, 300, True), ("left", 1, 300, True), ("middle", 1, 300, True),
+    ("left", 300, 300, False), ("right", 300, 300, False),
+]
+
+
+@pytest.mark.parametrize("side, q_len, kv_len, causal", GPU_CASES)
+def test_gpu_padding_mask_attention_matches_sdpa_math(hf, gpu_kernel, fresh_stats, side, q_len, kv_len, causal):
+    # attention_forward on CUDA tensors with transformers' own padding masks: hopattn's varlen kernel,
+    # against sdpa's math (float32, the same inputs and mask) at every kept query; padding rows 0.
+    torch, integ = hf.torch, hf.integ
+    from hopattn_test_support import rel_l2
+
+    batch, heads_q, heads_kv, d = 4, 4, 2, gpu_kernel.head_dim
+    padding = gpu_padding(torch, side, batch, kv_len)
+    mask = sdpa_style_mask(hf, padding, q_len, kv_len, causal).cuda()
+    gen = torch.Generator(device="cuda").manual_seed(6)
+
+    def rand(h, s):  # as Llama makes them: (batch, seq, heads, dim) projections, transposed
+        return torch.randn(batch, s, h, d, device="cuda", generator=gen, dtype=gpu_kernel.dtype).transpose(1, 2)
+
+    query, key, value = rand(heads_q, q_len), rand(heads_kv, kv_len), rand(heads_kv, kv_len)
+    module = make_module(torch, is_causal=causal)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", integ.FallbackWarning)
+        out, _ = integ.attention_forward(module, query, key, value, mask)
+    assert integ.stats() == {"varlen": 1}
+    assert out.shape == (batch, q_len, heads_q, d) and out.dtype == gpu_kernel.dtype and out.is_contiguous()
+    with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
+        want, _ = hf.sdpa(module, query.float(), key.float(), value.float(), mask)
+    kept = padding.bool()[:, kv_len - q_len:].cuda() if causal and q_len > 1 else torch.ones(
+        batch, q_len, dtype=torch.bool, device="cuda")
+    got = out[kept].float()
+    err = rel_l2(got, want[kept])
+    assert err < 1e-2, f"relative L2 error {err:.3g}"
+    torch.testing.assert_close(got, want[kept], atol=2e-2, rtol=2e-2)
+    assert not out[~kept].any()
+
+
+def check_greedy_matches_sdpa(hf, gpu_pair, ids, mask, steps, route, **generate_kwargs):
+    """Greedy generate() with hopattn against sdpa (see test_gpu_generate_greedy_tokens_match_sdpa);
+    route: the stats() key every layer of every step must have counted ("kernel" or "varlen")."""
+    torch, integ = hf.torch, hf.integ
+    dtype = gpu_pair.dtype
+    prompt = ids.shape[1]
+    integ.reset_stats()
+    with torch.no_grad():
+        seq_h, scores_h = greedy(gpu_pair.model_h, ids, steps, attention_mask=mask, **generate_kwargs)
+        assert integ.stats() == {route: steps * gpu_pair.layers}
+        seq_s, scores_s = greedy(gpu_pair.model_s, ids, steps, attention_mask=mask, **generate_kwargs)
+        assert seq_h.shape == seq_s.shape == (ids.shape[0], prompt + steps)
+        for row in range(ids.shape[0]):
+            differ = (seq_h[row, prompt:] != seq_s[row, prompt:]).nonzero()
+            if len(differ) == 0:
+                continue
+            t = differ[0].item()
+            s = scores_s[t][row].float()
+            a, b = seq_s[row, prompt + t], seq_h[row, prompt + t]
+            tol = 4 * ulp(torch, s.max(), dtype)
+            assert s[a] - s[b] <= tol, (
+                f"row {row}: hopattn chose token {b.item()} at step {t}, sdpa {a.item()}, and sdpa's scores "
+                f"for them differ by {(s[a] - s[b]).item():.4g} > {tol.item():.3g} (not a bf16 tie)"
+            )
+        # Teacher-forced: sdpa without a cache over hopattn's sequence, with generate()'s position ids
+        # (counted over the kept tokens, as generate() derives them from the attention mask).
+        full_mask = torch.cat([mask, torch.ones_like(seq_h[:, prompt:])], dim=1)
+        position_ids = (full_mask.cumsum(-1) - 1).clamp_min(0)
+        logits = gpu_pair.model_s(seq_h, attention_mask=full_mask, position_ids=position_ids).logits.float()
+        eos = gpu_pair.model_s.generation_config.eos_token_id
+        if eos is not None:  # min_new_tokens kept generate() from choosing it
+            logits[..., torch.tensor(eos, device=logits.device).reshape(-1)] = float("-inf")
+        chosen_logits = logits[:, prompt - 1:-1].gather(-1, seq_h[:, prompt:, None])[..., 0]  # (batch, steps)
+        best = logits[:, prompt - 1:-1].amax(-1)
+        tol = 8 * ulp(torch, best, dtype)
+        bad = (best - chosen_logits > tol).nonzero().tolist()
+        assert not bad, f"(row, step) where hopattn's token is not sdpa's greedy choice: {bad}"
+    exact = torch.equal(seq_h, seq_s)
+    print(f"{route}: greedy tokens identical to sdpa's for all {steps} steps: {exact}")
 
 
 def test_gpu_generate_greedy_tokens_match_sdpa(hf, gpu_pair):
@@ -595,68 +1169,66 @@ def test_gpu_generate_greedy_tokens_match_sdpa(hf, gpu_pair):
     # ulps of the step's largest score); after it the sequences are different texts. Independently,
     # every token hopattn chose must be sdpa's choice (up to such a tie) given hopattn's prefix,
     # checked against one cache-free sdpa forward over hopattn's whole sequence.
-    torch, integ = hf.torch, hf.integ
-    dtype = gpu_pair.dtype
+    torch = hf.torch
     gen = torch.Generator(device=gpu_pair.device).manual_seed(2)
     ids = torch.randint(3, 1000, (2, 16), device=gpu_pair.device, generator=gen)
-    ones = torch.ones_like(ids)
-    steps = 32
-    integ.reset_stats()
-    with torch.no_grad():
-        seq_h, scores_h = greedy(gpu_pair.model_h, ids, steps, attention_mask=ones)
-        assert integ.stats() == {"kernel": steps * gpu_pair.layers}
-        seq_s, scores_s = greedy(gpu_pair.model_s, ids, steps, attention_mask=ones)
-        assert seq_h.shape == seq_s.shape == (2, 16 + steps)
-        for row in range(2):
-            differ = (seq_h[row, 16:] != seq_s[row, 16:]).nonzero()
-            if len(differ) == 0:
-                continue
-            t = differ[0].item()
-            s = scores_s[t][row].float()
-            a, b = seq_s[row, 16 + t], seq_h[row, 16 + t]
-            tol = 4 * ulp(torch, s.max(), dtype)
-            assert s[a] - s[b] <= tol, (
-                f"row {row}: hopattn chose token {b.item()} at step {t}, sdpa {a.item()}, and sdpa's scores "
-                f"for them differ by {(s[a] - s[b]).item():.4g} > {tol.item():.3g} (not a bf16 tie)"
-            )
-        # Teacher-forced: sdpa without a cache over hopattn's sequence.
-        logits = gpu_pair.model_s(seq_h, attention_mask=torch.ones_like(seq_h)).logits.float()
-        eos = gpu_pair.model_s.generation_config.eos_token_id
-        if eos is not None:  # min_new_tokens kept generate() from choosing it
-            logits[..., torch.tensor(eos, device=logits.device).reshape(-1)] = float("-inf")
-        chosen_logits = logits[:, 15:-1].gather(-1, seq_h[:, 16:, None])[..., 0]  # (2, steps)
-        best = logits[:, 15:-1].amax(-1)
-        tol = 8 * ulp(torch, best, dtype)
-        bad = (best - chosen_logits > tol).nonzero().tolist()
-        assert not bad, f"(row, step) where hopattn's token is not sdpa's greedy choice: {bad}"
-    exact = torch.equal(seq_h, seq_s)
-    print(f"greedy tokens identical to sdpa's for all {steps} steps: {exact}")
+    check_greedy_matches_sdpa(hf, gpu_pair, ids, torch.ones_like(ids), 32, "kernel")
+
+
+def left_padded_batch(torch, device, seqlen, pads, seed):
+    """(ids, attention_mask) of len(pads) rows of `seqlen` tokens, row b left-padded by pads[b] pad
+    tokens (id 0)."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+    ids = torch.randint(3, 1000, (len(pads), seqlen), device=device, generator=gen)
+    mask = torch.ones_like(ids)
+    for row, pad in enumerate(pads):
+        mask[row, :pad] = 0
+    return ids.masked_fill(mask == 0, 0), mask
+
+
+@pytest.mark.parametrize("cache", [None, "static"])
+def test_gpu_generate_left_padded_greedy_tokens_match_sdpa(hf, gpu_pair, cache):
+    # A left-padded batch (rows of 16, 11 and 4 real tokens): the prefill and every decode step keep
+    # the padding in the mask, so every layer of every step runs the varlen kernel (prefill: causal
+    # over each row's kept tokens; decode: one query against the row's kept keys). Same checks as above.
+    ids, mask = left_padded_batch(hf.torch, gpu_pair.device, 16, [0, 5, 12], seed=4)
+    extra = {} if cache is None else {"cache_implementation": cache}
+    check_greedy_matches_sdpa(hf, gpu_pair, ids, mask, 24, "varlen", **extra)
+
+
+def check_training_step_matches_sdpa(hf, gpu_pair, ids, route, **kwargs):
+    """One training step (forward, backward) of the tiny Llama with "hopattn" and with "sdpa" on the
+    same batch: every layer must have run `route` ("kernel" or "varlen"), the losses must agree to 1%
+    and every parameter gradient to a relative L2 error of 5e-2 (bf16 weights and activations)."""
+    from hopattn_test_support import rel_l2
+
+    torch = hf.torch
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", hf.integ.FallbackWarning)  # nothing falls back
+        loss_h, grads_h, stats = train_step(hf, gpu_pair.model_h, ids, **kwargs)
+    assert stats == {route: gpu_pair.layers}
+    loss_s, grads_s, _ = train_step(hf, gpu_pair.model_s, ids, **kwargs)
+    assert torch.isfinite(loss_h) and abs(loss_h - loss_s) <= 1e-2 * abs(loss_s), (loss_h.item(), loss_s.item())
+    assert grads_h.keys() == grads_s.keys() and len(grads_s) == len(list(gpu_pair.model_s.parameters()))
+    for n, want in grads_s.items():
+        got = grads_h[n]
+        assert torch.isfinite(got).all(), n
+        assert rel_l2(got, want) < 5e-2, f"{n}: relative L2 {rel_l2(got, want):.3g}"
 
 
 def test_gpu_backward(hf, gpu_pair):
-    torch, integ = hf.torch, hf.integ
-    from hopattn_test_support import rel_l2
-
+    # No padding: the dense kernel's forward and backward in every layer.
+    torch = hf.torch
     gen = torch.Generator(device=gpu_pair.device).manual_seed(3)
     ids = torch.randint(3, 1000, (2, 64), device=gpu_pair.device, generator=gen)
-    grads = {}
-    losses = {}
-    for name, model in (("hopattn", gpu_pair.model_h), ("sdpa", gpu_pair.model_s)):
-        model.train()  # attention_dropout is 0.0: no dropout reaches the attention function
-        model.zero_grad(set_to_none=True)
-        integ.reset_stats()
-        try:
-            loss = model(ids, labels=ids).loss
-            loss.backward()
-        finally:
-            model.eval()
-        if name == "hopattn":
-            assert integ.stats() == {"kernel": gpu_pair.layers}
-        losses[name] = loss.item()
-        grads[name] = {n: p.grad.float() for n, p in model.named_parameters()}
-        model.zero_grad(set_to_none=True)
-    assert abs(losses["hopattn"] - losses["sdpa"]) <= 1e-2 * abs(losses["sdpa"])
-    for n, want in grads["sdpa"].items():
-        got = grads["hopattn"][n]
-        assert torch.isfinite(got).all(), n
-        assert rel_l2(got, want) < 5e-2, f"{n}: relative L2 {rel_l2(got, want):.3g}"
+    check_training_step_matches_sdpa(hf, gpu_pair, ids, "kernel", labels=ids)
+
+
+def test_gpu_training_step_left_padded_matches_sdpa(hf, gpu_pair):
+    # Training with a left-padded batch (rows of 160, 155 and 60 real tokens: more than one 128-row
+    # tile, and less): every layer runs the varlen kernel forward and its backward (backward_varlen),
+    # and the loss and every parameter gradient match sdpa's with the same mask. The labels read
+    # kept positions only (padding_labels), as a padded training batch does.
+    ids, mask = left_padded_batch(hf.torch, gpu_pair.device, 160, [0, 5, 100], seed=5)
+    check_training_step_matches_sdpa(hf, gpu_pair, ids, "varlen", attention_mask=mask,
+                                     labels=padding_labels(ids, mask))

@@ -22,14 +22,40 @@
 #     only when q_len > 1 (a single decode query attends to the whole cache), like sdpa;
 #   * masks: register() also registers Transformers' sdpa_mask as this implementation's mask
 #     function, so the model builds the masks it builds for "sdpa": None when plain causal (or
-#     full) attention is exact, else a 4D boolean mask (True = attend). The kernel runs when the mask
-#     is None or, after dropping trailing keys nobody sees (the unused tail of a static cache), is
+#     full) attention is exact, else a 4D boolean mask (True = attend). The dense kernel runs when the
+#     mask is None or, after dropping trailing keys nobody sees (the unused tail of a static cache), is
 #     exactly "all keys" or "bottom-right aligned causal" (query i sees key j iff
 #     j <= i + kv_len - q_len: the mask of a KV-cache step with no padding, which is how hopattn's
-#     causal mask is aligned). Any other mask, in practice a padding mask, cannot be expressed by
-#     the kernel until hopattn has a variable-length kernel (issue 6), so that call falls back to
-#     Transformers' sdpa attention with the mask: correct, slower, counted in stats() and warned
-#     about once (FallbackWarning).
+#     causal mask is aligned).
+#   * padding masks run on the variable-length kernel (hopattn.varlen_attention), when the mask is
+#     proven to be padding only and the tensors are CUDA tensors, in inference and in training alike
+#     (varlen_attention is differentiable: its backward is the library's backward_varlen, bitwise
+#     reproducible under torch.use_deterministic_algorithms, as the dense path's). The mask is read
+#     (once per mask object) as one of two forms:
+#       - "full": within each batch row, every query sees the same set of keys (an encoder's padding
+#         mask, cross-attention, any single decode query). Each row is one sequence: all its queries,
+#         the keys it sees, no causal mask. Every output row is what sdpa computes.
+#       - "causal + padding": there is an offset `off` (the queries are the last q_len of the first
+#         off + q_len key positions; more keys are an unused static-cache tail) and a per-row set of
+#         kept keys such that every query row is exactly "the kept keys j <= i + off" (a padding row,
+#         one whose own position i + off is not kept, may instead see no key at all). The kept keys
+#         are read from the last query row; the kept queries are those whose own position is kept. Each
+#         batch row is one sequence of its kept queries and kept keys, causal bottom-right aligned:
+#         since the kept keys are the kept cache positions before the queries (c of them) followed by
+#         the kept query positions themselves, the r-th kept query sees the first c + r + 1 kept keys,
+#         which is exactly the mask's row (this is left padding during generation, right padding at
+#         prefill, and any padding in the middle).
+#     The packed queries/keys/values are gathered with per-row indices of the kept tokens, and the
+#     output is scattered back into (batch, q_len, heads, head_dim) with padding query rows 0 (sdpa
+#     gives 0 for a left-padding row, which sees no key; a right-padding row sees the kept keys in
+#     sdpa, so there its output differs, which no kept token reads since nobody attends to padding
+#     keys). The gather, the kernel and the scatter are all differentiable (training with padding):
+#     tokens not kept get gradient 0 through attention (nobody attends to padding keys, and padding
+#     query rows are 0 here), so the gradients match sdpa's whenever the loss ignores the padding
+#     positions (labels -100), whose outputs differ from sdpa's anyway. Counted as "varlen" in stats().
+#   * any other mask (sliding windows, packed-sequence/document masks, additive biases), and padding
+#     masks on non-CUDA tensors, fall back to Transformers' sdpa attention with the mask: correct,
+#     slower, counted in stats() per reason and warned about once (FallbackWarning).
 #
 # torch.compile: without a mask the call is one hopattn::fwd node (no graph break); a mask cannot be
 # read while tracing, so under torch.compile any mask goes to sdpa. Nothing is counted or warned
@@ -47,9 +73,9 @@ __all__ = ["register", "attention_forward", "stats", "reset_stats", "FallbackWar
 
 DEFAULT_NAME = "hopattn"
 
-# What ran, in eager calls: "kernel" counts calls that ran hopattn's kernel, "sdpa_fallback" calls that
-# fell back to torch SDPA, and "sdpa_fallback:<reason>" the same per reason ("padding_mask",
-# "position_bias", "causal_kv_shorter_than_q").
+# What ran, in eager calls: "kernel" counts calls that ran hopattn's dense kernel, "varlen" calls with a
+# padding mask that ran hopattn's variable-length kernel, "sdpa_fallback" calls that fell back to torch
+# SDPA, and "sdpa_fallback:<reason>" the same per reason (the keys of _FALLBACK_MESSAGES).
 _stats = {}
 _stats_lock = threading.Lock()
 _warned = set()
@@ -60,8 +86,9 @@ class FallbackWarning(UserWarning):
 
 
 def stats():
-    """A copy of the counters: {"kernel": calls on hopattn's kernel, "sdpa_fallback": calls that fell
-    back to torch SDPA, "sdpa_fallback:<reason>": the same per reason}."""
+    """A copy of the counters: {"kernel": calls on hopattn's dense kernel, "varlen": calls with a padding
+    mask on hopattn's variable-length kernel, "sdpa_fallback": calls that fell back to torch SDPA,
+    "sdpa_fallback:<reason>": the same per reason}."""
     with _stats_lock:
         return dict(_stats)
 
@@ -79,9 +106,13 @@ def _count(key):
 
 
 _FALLBACK_MESSAGES = {
-    "padding_mask": (
-        "hopattn: an attention mask that is neither plain causal nor full (a padding mask) fell back "
-        "to torch SDPA with the mask; hopattn has no variable-length kernel yet (issue 6)"
+    "unsupported_mask": (
+        "hopattn: an attention mask that is neither plain causal, full nor a padding mask (e.g. a sliding "
+        "window, packed sequences or an additive bias) fell back to torch SDPA with the mask"
+    ),
+    "padding_mask_not_cuda": (
+        "hopattn: a padding mask on non-CUDA tensors fell back to torch SDPA with the mask (hopattn's "
+        "variable-length kernel takes CUDA tensors)"
     ),
     "position_bias": "hopattn: an additive position_bias fell back to torch SDPA (hopattn has no bias input)",
     "causal_kv_shorter_than_q": (
@@ -107,9 +138,10 @@ def _fallback(reason, tracing, module, query, key, value, attention_mask, dropou
 
 # --- mask analysis ----------------------------------------------------------------------------------
 
-# Masks already looked at: id(mask) -> (weakref to it, its version counter, q_len, decision). Every
-# layer of a forward pass gets the same mask object, so the host reads the mask once per forward, not
-# once per layer. The version counter catches in-place changes.
+# Masks already looked at: id(mask) -> (weakref to it, its version counter, q_len, {what: result}), what
+# being "dense" (_classify_mask) or "padding" (_padding_plan). Every layer of a forward pass gets the
+# same mask object, so the host reads the mask once per forward, not once per layer. The version
+# counter catches in-place changes.
 _mask_cache = {}
 _MASK_CACHE_SIZE = 8
 
@@ -121,23 +153,25 @@ def _mask_version(mask):
         return None
 
 
-def _classify_mask(torch, mask, batch, heads_q, q_len, kv_len):
-    """("full" | "causal", keys) when the mask equals all-visible or bottom-right causal attention over
-    its first `keys` keys (the rest seen by no query), else None. One host synchronisation."""
+def _read_mask(torch, mask, batch, heads_q, q_len, kv_len):
+    """(visible, valid) of a 4D mask broadcastable to (batch, heads_q, q_len, kv_len) (see
+    _mask_visible), or None for any other shape or dtype."""
     if mask.dim() != 4 or mask.shape[-1] != kv_len or mask.shape[-2] not in (1, q_len):
         return None
     if mask.shape[0] not in (1, batch) or mask.shape[1] not in (1, heads_q):
         return None
-    if mask.dtype == torch.bool:
-        visible = mask
-        valid = None
-    elif mask.is_floating_point():
-        # An additive mask: 0 where visible, the dtype's minimum or -inf where masked. Any other value
-        # is a bias, which the kernel cannot add.
-        visible = mask == 0
-        valid = (visible | (mask <= torch.finfo(mask.dtype).min / 2)).all()
-    else:
+    # An additive mask: 0 where visible, the dtype's minimum or -inf where masked. Any other value is a
+    # bias, which the kernels cannot add.
+    return _mask_visible(torch, mask)
+
+
+def _classify_mask(torch, mask, batch, heads_q, q_len, kv_len):
+    """("full" | "causal", keys) when the mask equals all-visible or bottom-right causal attention over
+    its first `keys` keys (the rest seen by no query), else None. One host synchronisation."""
+    read = _read_mask(torch, mask, batch, heads_q, q_len, kv_len)
+    if read is None:
         return None
+    visible, valid = read
     device = mask.device
     j = torch.arange(kv_len, device=device)
     i = torch.arange(q_len, device=device)
@@ -159,19 +193,197 @@ def _classify_mask(torch, mask, batch, heads_q, q_len, kv_len):
     return None
 
 
-def _mask_decision(torch, mask, batch, heads_q, q_len, kv_len):
+def _cached(mask, q_len, what, compute):
+    """compute(), remembered for this mask object (while it is alive and unchanged) under `what`."""
     version = _mask_version(mask)
     entry = _mask_cache.get(id(mask))
     if entry is not None and version is not None:
-        ref, cached_version, cached_q_len, decision = entry
+        ref, cached_version, cached_q_len, results = entry
         if ref() is mask and cached_version == version and cached_q_len == q_len:
-            return decision
-    decision = _classify_mask(torch, mask, batch, heads_q, q_len, kv_len)
+            if what in results:
+                return results[what]
+        else:
+            entry = None
+    result = compute()
     if version is not None:
-        if len(_mask_cache) >= _MASK_CACHE_SIZE:
-            _mask_cache.clear()
-        _mask_cache[id(mask)] = (weakref.ref(mask), version, q_len, decision)
-    return decision
+        if entry is None:
+            if len(_mask_cache) >= _MASK_CACHE_SIZE:
+                _mask_cache.clear()
+            entry = (weakref.ref(mask), version, q_len, {})
+            _mask_cache[id(mask)] = entry
+        entry[3][what] = result
+    return result
+
+
+def _mask_decision(torch, mask, batch, heads_q, q_len, kv_len):
+    return _cached(mask, q_len, "dense", lambda: _classify_mask(torch, mask, batch, heads_q, q_len, kv_len))
+
+
+# --- padding masks: the variable-length kernel -----------------------------------------------------
+
+
+def _padding_layout(torch, visible, valid=None):
+    """Reads a (batch, heads, q_len, kv_len) boolean mask (True = attend; expanded views are fine) as a
+    padding mask, if it is one (see the module comment): (causal, query_keep, key_keep) with
+    query_keep (batch, q_len) and key_keep (batch, kv_len) boolean, the tokens each batch row keeps,
+    or None when it is no padding mask. `valid`: a 0-dim boolean tensor that must be true as well
+    (an additive mask's "no bias" check). One host synchronisation.
+
+    "full": every query of a batch row sees the same keys; all queries kept, causal False.
+    "causal + padding": query i stands at key position p_i = i + off; the kept keys are those the last
+    query sees; every row is exactly "kept keys j <= p_i", or sees nothing while p_i is not kept.
+    Then query i is kept iff key p_i is, and varlen's bottom-right causal mask over the kept tokens
+    of a row is the mask's."""
+    batch, heads, q_len, kv_len = visible.shape
+    device = visible.device
+    v = visible[:, 0]  # (batch, q_len, kv_len)
+    flags = []
+    if heads > 1:
+        flags.append((visible == visible[:, :1]).all())  # one pattern for every head
+    if valid is not None:
+        flags.append(valid)
+    full_keys = v[:, 0]  # (batch, kv_len)
+    full = (v == full_keys[:, None, :]).all()
+    causal = None
+    if q_len <= kv_len:
+        i = torch.arange(q_len, device=device)
+        j = torch.arange(kv_len, device=device)
+        # off: the largest j - i of any visible (i, j). A row of a kept query ends at its own key
+        # p_i = i + off; a padding row that sees keys ends before p_i; so the maximum is off.
+        seen_any = v.any(0)  # (q_len, kv_len): seen in some batch row
+        row_seen = seen_any.any(-1)
+        last = (kv_len - 1) - seen_any.flip(-1).to(torch.uint8).argmax(-1)  # last key row i sees
+        off = torch.where(row_seen, last - i, torch.full_like(i, -1)).amax()
+        off_clamped = off.clamp(0, kv_len - q_len)
+        p = i + off_clamped  # (q_len,) the key position of each query
+        keys = v[:, -1]  # (batch, kv_len): kept keys, as the last query sees them
+        queries = keys[:, p]  # (batch, q_len): kept queries, whose own key is kept
+        expected = (j[None, :] <= p[:, None]) & keys[:, None, :]  # (batch, q_len, kv_len)
+        row_ok = (v == expected).all(-1) | ~(queries | v.any(-1))
+        causal = (off == off_clamped) & row_ok.all()
+    values = torch.stack(flags + [full] + ([] if causal is None else [causal])).tolist()
+    if not all(values[: len(flags)]):
+        return None
+    if values[len(flags)]:
+        return False, torch.ones(batch, q_len, dtype=torch.bool, device=device), full_keys
+    if causal is not None and values[-1]:
+        return True, queries, keys
+    return None
+
+
+class _Unpadded:
+    """Where the kept tokens go in the packed (total_tokens, heads, head_dim) layout: row t of the packed
+    queries is query (q_batch[t], q_pos[t]); likewise keys. cu_seqlens_q/k int32 (batch + 1)."""
+
+    __slots__ = ("q_batch", "q_pos", "k_batch", "k_pos", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q",
+                 "max_seqlen_k")
+
+    def __init__(self, **kwargs):
+        for name, value in kwargs.items():
+            setattr(self, name, value)
+
+    @property
+    def total_q(self):
+        return self.q_batch.shape[0]
+
+    @property
+    def total_k(self):
+        return self.k_batch.shape[0]
+
+
+def _unpad_indices(torch, query_keep, key_keep):
+    """The packing of the kept tokens of (batch, q_len) / (batch, kv_len) boolean keep masks: each batch
+    row is one sequence, its kept tokens in order (left, right or any padding)."""
+    q_batch, q_pos = query_keep.nonzero(as_tuple=True)  # row-major: by batch row, then position
+    k_batch, k_pos = key_keep.nonzero(as_tuple=True)
+    len_q = query_keep.sum(1, dtype=torch.int32)
+    len_k = key_keep.sum(1, dtype=torch.int32)
+    zero = len_q.new_zeros(1)
+    max_q, max_k = torch.stack([len_q.max(), len_k.max()]).tolist()
+    return _Unpadded(q_batch=q_batch, q_pos=q_pos, k_batch=k_batch, k_pos=k_pos,
+                     cu_seqlens_q=torch.cat([zero, len_q.cumsum(0, dtype=torch.int32)]),
+                     cu_seqlens_k=torch.cat([zero, len_k.cumsum(0, dtype=torch.int32)]),
+                     max_seqlen_q=int(max_q), max_seqlen_k=int(max_k))
+
+
+def _unpad(x, batch_index, pos_index):
+    """x (batch, seq, heads, dim), any strides -> (kept tokens, heads, dim), contiguous (one gather)."""
+    return x[batch_index, pos_index]
+
+
+def _repad(torch, packed, batch_index, pos_index, batch, seqlen):
+    """packed (kept tokens, heads, dim) -> (batch, seqlen, heads, dim), contiguous, 0 where nothing kept."""
+    out = packed.new_zeros((batch, seqlen) + tuple(packed.shape[1:]))
+    out[batch_index, pos_index] = packed
+    return out
+
+
+class _PaddingPlan:
+    __slots__ = ("causal", "query_keep", "key_keep", "_unpadded")
+
+    def __init__(self, causal, query_keep, key_keep):
+        self.causal, self.query_keep, self.key_keep = causal, query_keep, key_keep
+        self._unpadded = None
+
+    def unpadded(self, torch):
+        if self._unpadded is None:
+            self._unpadded = _unpad_indices(torch, self.query_keep, self.key_keep)
+        return self._unpadded
+
+
+def _mask_visible(torch, mask):
+    """(visible, valid): the boolean "attend" tensor of a boolean or additive mask, and for an additive
+    one a 0-dim tensor, true when every value is 0 or masked (else it is a bias); None for other dtypes."""
+    if mask.dtype == torch.bool:
+        return mask, None
+    if mask.is_floating_point():
+        visible = mask == 0
+        return visible, (visible | (mask <= torch.finfo(mask.dtype).min / 2)).all()
+    return None
+
+
+def _padding_plan(torch, mask, batch, heads_q, q_len, kv_len):
+    """A _PaddingPlan when the 4D mask is a padding mask (see _padding_layout), else None."""
+    read = _read_mask(torch, mask, batch, heads_q, q_len, kv_len)
+    if read is None:
+        return None
+    visible, valid = read
+    layout = _padding_layout(torch, visible.expand(batch, mask.shape[1], q_len, kv_len), valid)
+    return None if layout is None else _PaddingPlan(*layout)
+
+
+def _varlen_device_ok(query, key, value):
+    """The variable-length kernel takes CUDA tensors (the tests replace this to run on the CPU)."""
+    return query.is_cuda and key.is_cuda and value.is_cuda
+
+
+def _varlen_attention(torch, plan, query, key, value, scaling):
+    """query (batch, heads_q, q_len, head_dim), key/value (batch, heads_kv, kv_len, *) through
+    hopattn.varlen_attention on the kept tokens of `plan`; (batch, q_len, heads_q, v_head_dim) with
+    the rows of queries not kept 0. Differentiable (gather, varlen_attention, scatter): tokens not
+    kept get gradient 0; deterministic follows torch.are_deterministic_algorithms_enabled()."""
+    import hopattn
+
+    batch, q_len = query.shape[0], query.shape[2]
+    if plan.query_keep.device == query.device:
+        idx = plan.unpadded(torch)
+    else:  # a mask on another device than the attention (not what transformers does): not cached
+        idx = _unpad_indices(torch, plan.query_keep.to(query.device), plan.key_keep.to(query.device))
+    q = _unpad(query.transpose(1, 2), idx.q_batch, idx.q_pos)
+    k = _unpad(key.transpose(1, 2), idx.k_batch, idx.k_pos)
+    v = _unpad(value.transpose(1, 2), idx.k_batch, idx.k_pos)
+    head_dim, v_head_dim = q.shape[-1], v.shape[-1]
+    if v_head_dim != head_dim:  # as in the dense path: pad value to the query head dim, crop the output
+        v = torch.nn.functional.pad(v, [0, head_dim - v_head_dim])
+    if idx.total_q == 0 or idx.total_k == 0:  # nothing kept: every row sees no key
+        packed = q.new_zeros(q.shape[:-1] + (v_head_dim,))
+    else:
+        packed = hopattn.varlen_attention(q, k, v, idx.cu_seqlens_q, idx.cu_seqlens_k, idx.max_seqlen_q,
+                                          idx.max_seqlen_k, causal=plan.causal, softmax_scale=scaling,
+                                          deterministic=torch.are_deterministic_algorithms_enabled())
+        if v_head_dim != head_dim:
+            packed = packed[..., :v_head_dim]
+    return _repad(torch, packed, idx.q_batch, idx.q_pos, batch, q_len)
 
 
 def _tracing(torch):
@@ -235,7 +447,16 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
                              scaling, is_causal, kwargs)
         decision = _mask_decision(torch, attention_mask, batch, heads_q, q_len, kv_len)
         if decision is None:
-            return _fallback("padding_mask", tracing, module, query, key, value, attention_mask, dropout, scaling,
+            plan = _cached(attention_mask, q_len, "padding",
+                           lambda: _padding_plan(torch, attention_mask, batch, heads_q, q_len, kv_len))
+            if plan is None:
+                reason = "unsupported_mask"
+            elif not _varlen_device_ok(query, key, value):
+                reason = "padding_mask_not_cuda"
+            else:  # with or without a gradient: varlen_attention is differentiable
+                _count("varlen")
+                return _varlen_attention(torch, plan, query, key, value, scaling), None
+            return _fallback(reason, tracing, module, query, key, value, attention_mask, dropout, scaling,
                              is_causal, kwargs)
         kind, keys = decision
         causal = kind == "causal" and q_len > 1  # one query: bottom-right causal is all its keys
