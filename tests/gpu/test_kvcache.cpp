@@ -392,8 +392,8 @@ INSTANTIATE_TEST_SUITE_P(Sm90, KvCacheVsReference, ::testing::ValuesIn(grid_case
 
 // ---- splits, determinism, long caches, offsets, layouts -------------------------------------------
 
-// Every split count gives the reference's result, and one split's within fp32 rounding: at most
-// one ulp of the stored dtype per element of out, 1e-5 relative on lse.
+// Every split count gives the reference's result, and one split's to the dtype's precision:
+// relative L2 <= 2 eps on out (P's rounding depends on the split), 1e-5 relative on lse.
 TEST(Sm90KvCache, SplitCountsAgree) {
   if (!has_sm90()) GTEST_SKIP() << "no sm_90 device";
   for (int64_t page : {0, 64})
@@ -417,12 +417,21 @@ TEST(Sm90KvCache, SplitCountsAgree) {
         check_cache(x, p);  // the repeated append writes the same rows again
         check_outputs(x, o, p);
         const std::vector<float> a = decode(o.out.data(), o.out.size(), c.dtype), b = decode(one.out.data(), one.out.size(), c.dtype);
-        int64_t far = 0, far_lse = 0;
-        for (size_t i = 0; i < a.size(); ++i)
-          far += !(std::fabs(a[i] - b[i]) <= dtype_ulp(c.dtype, std::max(std::fabs(a[i]), std::fabs(b[i]))));
+        // P is rounded to the 16-bit dtype relative to each split's running max, so splits change
+        // which products round which way: out agrees to the dtype's precision (relative L2 within
+        // a few epsilons), not bitwise; lse is combined in fp32 and agrees to fp32 rounding.
+        double diff2 = 0, ref2 = 0;
+        for (size_t i = 0; i < a.size(); ++i) {
+          if (!std::isfinite(a[i])) { diff2 = INFINITY; break; }
+          diff2 += double(a[i] - b[i]) * double(a[i] - b[i]);
+          ref2 += double(b[i]) * double(b[i]);
+        }
+        const double rel = std::sqrt(diff2 / std::max(ref2, 1e-30));
+        const double eps = c.dtype == DType::kBF16 ? 0x1p-8 : 0x1p-11;
+        int64_t far_lse = 0;
         for (size_t i = 0; i < o.lse.size(); ++i)
           far_lse += !(o.lse[i] == one.lse[i] || std::fabs(o.lse[i] - one.lse[i]) <= 1e-5f * std::max(1.f, std::fabs(one.lse[i])));
-        if (far) p.add(std::to_string(far) + " out elements differ from num_splits=1 by more than one ulp");
+        if (!(rel <= 2 * eps)) p.add("out differs from num_splits=1 by relative L2 " + std::to_string(rel) + " > 2 eps");
         if (far_lse) p.add(std::to_string(far_lse) + " lse entries differ from num_splits=1 beyond fp32 rounding");
       }
     }

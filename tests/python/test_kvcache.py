@@ -309,9 +309,10 @@ def test_gpu_split_counts_and_determinism(lib):
         again = hopattn.attention_with_kvcache(q, k_cache, v_cache, seqlens, page_table=page_table, causal=True,
                                                num_splits=splits)
         assert torch.equal(out, again), f"num_splits={splits} is not bitwise reproducible"
-        # Within fp32 rounding of one split: at most one bf16 ulp apart.
-        diff = (out.float() - one.float()).abs()
-        assert bool((diff <= one.float().abs().clamp_min(1e-30) * 2**-7 + 1e-6).all()), splits
+        # P is rounded to bf16 relative to each split's running max, so splits agree with one split
+        # to bf16 precision overall (relative L2 <= 2 * 2^-8), not element by element.
+        rel = ((out.float() - one.float()).norm() / one.float().norm().clamp_min(1e-30)).item()
+        assert rel <= 2 * 2**-8, (splits, rel)
 
 
 @needs_gpu

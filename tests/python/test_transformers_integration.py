@@ -1129,7 +1129,15 @@ def check_greedy_matches_sdpa(hf, gpu_pair, ids, mask, steps, route, **generate_
     integ.reset_stats()
     with torch.no_grad():
         seq_h, scores_h = greedy(gpu_pair.model_h, ids, steps, attention_mask=mask, **generate_kwargs)
-        assert integ.stats() == {route: steps * gpu_pair.layers}
+        if generate_kwargs.get("cache_implementation") == "static":
+            # generate() compiles the static-cache decode step on CUDA (transformers' default
+            # compile config); the compiled graph calls the kernel without running the
+            # integration's Python counters (H200: {'varlen': 2}, the eager prefill's layers).
+            # Still: the prefill counted `route` in every layer and nothing fell back.
+            stats = integ.stats()
+            assert set(stats) == {route} and stats[route] >= gpu_pair.layers, stats
+        else:
+            assert integ.stats() == {route: steps * gpu_pair.layers}
         seq_s, scores_s = greedy(gpu_pair.model_s, ids, steps, attention_mask=mask, **generate_kwargs)
         assert seq_h.shape == seq_s.shape == (ids.shape[0], prompt + steps)
         for row in range(ids.shape[0]):
