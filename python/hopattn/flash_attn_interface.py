@@ -8,12 +8,13 @@
 # hopattn does not do (sliding windows, softcapping, FP8 descales, split-KV tuning, ...) raises
 # NotImplementedError naming the argument, before any tensor is touched: a caller must never get
 # plain attention where it asked for something else. flash_attn_varlen_func maps onto
-# hopattn.varlen_attention (differentiable on CUDA tensors); flash_attn_with_kvcache and the other
-# serving entry points raise until hopattn has those features.
+# hopattn.varlen_attention (differentiable on CUDA tensors); flash_attn_with_kvcache maps onto
+# hopattn.attention_with_kvcache (forward only); flash_attn_combine and get_scheduler_metadata raise
+# until hopattn has those features.
 #
 # Like the rest of hopattn this module never imports torch (the tensors passed in come from the
 # caller's torch), so importing it is cheap and works without torch.
-from . import ops, varlen
+from . import kvcache, ops, varlen
 
 __all__ = [
     "flash_attn_func",
@@ -53,6 +54,17 @@ _RULES = {
     "num_splits": (lambda x: x in (0, 1), "0 or 1 (hopattn does not split the keys)"),
     "pack_gqa": (lambda x: x in (None, True, False), "None, True or False (a layout hint; hopattn's GQA layout is its own)"),
     "sm_margin": (lambda x: x == 0, "0 (hopattn uses every SM)"),
+    # flash_attn_with_kvcache's serving features hopattn does not have.
+    "rotary_cos": (lambda x: x is None, "None (apply rotary embeddings to q and k before the call)"),
+    "rotary_sin": (lambda x: x is None, "None (apply rotary embeddings to q and k before the call)"),
+    "cache_batch_idx": (lambda x: x is None, "None (cache row b serves batch entry b)"),
+    "cache_leftpad": (lambda x: x is None, "None (every sequence starts at cache row 0)"),
+    "cu_seqlens_q": (lambda x: x is None, "None (q is (batch, seqlen_q, nheads, headdim))"),
+    "cu_seqlens_k_new": (lambda x: x is None, "None (k, v are (batch, seqlen_new, nheads_k, headdim))"),
+    "max_seqlen_q": (lambda x: x is None, "None (no varlen q)"),
+    "rotary_seqlens": (lambda x: x is None, "None (no rotary embeddings)"),
+    "rotary_interleaved": (lambda x: x is True, "True, the default (no rotary embeddings)"),
+    "scheduler_metadata": (lambda x: x is None, "None (hopattn schedules the splits itself)"),
 }
 
 
@@ -231,9 +243,6 @@ def flash_attn_varlen_func(
     )
 
 
-# --- not yet: the serving features -----------------------------------------------------------------
-
-
 def flash_attn_with_kvcache(
     q,
     k_cache,
@@ -266,15 +275,78 @@ def flash_attn_with_kvcache(
     sm_margin=0,
     return_softmax_lse=False,
 ):
-    """FA3's decoding entry point (KV cache, in-place append, paged KV, rotary). Not implemented
-    yet: always raises NotImplementedError (naming an unsupported argument first, if one is given)."""
+    """FlashAttention-3's flash_attn_with_kvcache on hopattn (hopattn.attention_with_kvcache):
+    decoding attention against a contiguous or paged KV cache, with an optional in-place append.
+    Forward only.
+
+    q: (batch, seqlen_q, nheads, headdim). k_cache, v_cache: (batch_cache, seqlen_cache, nheads_k,
+    headdim), or with page_table (num_blocks, page_block_size, nheads_k, headdim). k, v: optional
+    (batch, seqlen_new, nheads_k, headdim), written into the caches IN PLACE at cache_seqlens and
+    then attended to. cache_seqlens: int32 (batch,) or an int (the same length for every sequence);
+    None means the whole cache (seqlen_cache, or page_table's pages) is valid, and then k, v cannot
+    be appended. page_table: int32 (batch, max_num_blocks_per_seq). causal: bottom-right aligned.
+    num_splits: 0 lets hopattn choose; any value gives the same result up to fp32 rounding.
+
+    Returns out (batch, seqlen_q, nheads, headdim); with return_softmax_lse=True (out, softmax_lse)
+    with softmax_lse (batch, nheads, seqlen_q) float32, as FA3 does.
+
+    Rotary embeddings, cache_batch_idx, cache_leftpad, varlen q/new keys, scheduler metadata,
+    sliding windows, softcapping and FP8 descales are not supported: any non-default value raises
+    NotImplementedError naming the argument (see docs/python.md).
+    """
     _reject_unsupported(
         "flash_attn_with_kvcache",
-        qv=qv, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, window_size=window_size,
-        attention_chunk=attention_chunk, softcap=softcap, pack_gqa=pack_gqa, sm_margin=sm_margin,
+        qv=qv, rotary_cos=rotary_cos, rotary_sin=rotary_sin, cache_batch_idx=cache_batch_idx,
+        cache_leftpad=cache_leftpad, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k_new=cu_seqlens_k_new,
+        max_seqlen_q=max_seqlen_q, rotary_seqlens=rotary_seqlens, q_descale=q_descale, k_descale=k_descale,
+        v_descale=v_descale, window_size=window_size, attention_chunk=attention_chunk, softcap=softcap,
+        rotary_interleaved=rotary_interleaved, scheduler_metadata=scheduler_metadata, pack_gqa=pack_gqa,
+        sm_margin=sm_margin,
     )
-    _not_yet("flash_attn_with_kvcache", "KV-cache attention", "k_cache, v_cache, cache_seqlens",
-             "; for a cache used whole, flash_attn_func(q, k_cache, v_cache, causal=...) computes the same")
+    # As FA3: q, k, v get a contiguous last dim; the caches are never copied (the append is in place).
+    q, k, v = (None if t is None else _last_dim_contiguous(t) for t in (q, k, v))
+    cache_seqlens = _cache_seqlens(q, k_cache, cache_seqlens, page_table, k)
+    return kvcache.attention_with_kvcache(
+        q, k_cache, v_cache, cache_seqlens, k=k, v=v, page_table=page_table, causal=causal,
+        softmax_scale=softmax_scale, num_splits=num_splits, return_lse=bool(return_softmax_lse),
+    )
+
+
+def _cache_seqlens(q, k_cache, cache_seqlens, page_table, k):
+    """cache_seqlens as hopattn takes it: an int is broadcast to int32 (batch,) on q's device (as
+    FA3 does); None means the whole cache; a tensor or array passes through unchanged."""
+    if cache_seqlens is None:
+        if k is not None:
+            raise NotImplementedError(
+                "flash_attn_with_kvcache: k, v with cache_seqlens=None is not supported by hopattn "
+                "(the whole cache would be in use, leaving no room to append; pass cache_seqlens)"
+            )
+        shape = getattr(k_cache, "shape", None)
+        if shape is None or len(shape) < 2:
+            return cache_seqlens  # attention_with_kvcache reports the bad argument
+        if page_table is None:
+            cache_seqlens = int(shape[1])
+        else:
+            cache_seqlens = int(page_table.shape[-1]) * int(shape[1])
+    torch = ops._torch_module_of(q)
+    if (
+        isinstance(cache_seqlens, bool)
+        or not hasattr(cache_seqlens, "__index__")
+        or ops._torch_module_of(cache_seqlens) is not None
+        or ops._is_numpy_array(cache_seqlens)
+    ):
+        return cache_seqlens  # a tensor or array (or something attention_with_kvcache reports)
+    batch = int(getattr(q, "shape", (0,))[0])
+    if torch is not None:
+        return torch.full((batch,), int(cache_seqlens), dtype=torch.int32, device=q.device)
+    if ops._is_numpy_array(q):
+        import numpy as np
+
+        return np.full((batch,), int(cache_seqlens), dtype=np.int32)
+    return cache_seqlens
+
+
+# --- not yet: the other serving entry points -------------------------------------------------------
 
 
 def flash_attn_combine(out_partial, lse_partial, out=None, out_dtype=None):

@@ -18,11 +18,8 @@ _FAMILY_LABELS = {
     "bwd": "backward (sm90)",
     "fp8": "fp8 forward (sm90), output",
 }
-# Features with no C ABI yet: always reported as not available.
-_NOT_YET = {
-    "kv cache (flash_attn_with_kvcache)": "not yet",
-}
 _VARLEN = "varlen (varlen_attention, flash_attn_varlen_func)"
+_KVCACHE = "kv cache (attention_with_kvcache, flash_attn_with_kvcache)"
 
 
 # --- the library's build ------------------------------------------------------------------------
@@ -176,6 +173,7 @@ def _features(library, device, torch_info):
     if "error" in library:
         features["sm90 kernels"] = "unknown (library not loaded)"
         features[_VARLEN] = "unknown (library not loaded)"
+        features[_KVCACHE] = "unknown (library not loaded)"
     else:
         families = {}
         for family, dtype, head_dim in library["kernels"]:
@@ -190,13 +188,15 @@ def _features(library, device, torch_info):
         # (torch CUDA tensors, autograd) the backward kernels. numpy stays forward only.
         features[_VARLEN] = ("forward and backward (the forward and backward kernels' dtypes and head dims; "
                              "numpy: forward only)")
+        # The decode kernels are built for every dtype and head dim (src/sm90/decode/), forward only.
+        features[_KVCACHE] = ("forward: contiguous or paged cache, in-place append, split-KV "
+                              f"({'GPU and ' if device['usable'] else ''}CPU reference)")
     if torch_info["custom_ops"]:
         features["torch ops (torch.compile, CUDA graphs)"] = f"available (torch {torch_info['version']})"
     elif torch_info["version"]:
         features["torch ops (torch.compile, CUDA graphs)"] = f"no: torch {torch_info['version']} < 2.4"
     else:
         features["torch ops (torch.compile, CUDA graphs)"] = "no: torch not installed"
-    features.update(_NOT_YET)
     return features
 
 

@@ -1,7 +1,8 @@
 # KV-cache decoding, FlashAttention-3's flash_attn_with_kvcache: hopattn.attention_with_kvcache over
 # the C ABI's hopattn_attention_with_kvcache (torch CUDA tensors: the sm90 split-KV kernels, on the
 # current stream) and hopattn_attention_with_kvcache_cpu (numpy arrays: the CPU reference). Forward
-# only. As in ops.py, torch is never imported here.
+# only. As in ops.py, torch is never imported here. Under torch.compile and other tracing the call
+# is the custom op torch.ops.hopattn.fwd_kvcache (torch_ops.py; it declares the in-place append).
 #
 # Python checks only what it needs to build the C struct (array types, devices, the int32 index
 # tensors); the library checks every argument and its message becomes the exception's.
@@ -18,8 +19,10 @@ from .ops import (
     _is_numpy_array,
     _numpy_tensor,
     _torch_module_of,
+    _torch_ops_module,
     _torch_tensor,
 )
+from .varlen import _plain_eager
 
 KVCACHE_LAYOUT = "(batch, seqlen, heads, head_dim)"
 NO_BACKWARD = "hopattn.attention_with_kvcache is forward only (decoding); it has no backward"
@@ -119,13 +122,30 @@ def _run_numpy(q, k_cache, v_cache, cache_seqlens, k, v, page_table, causal, sof
 
 
 # --- torch ----------------------------------------------------------------------------------------
+#
+# Two routes, as hopattn.attention's (ops.py): a plain eager call goes straight to _launch; under
+# torch.compile and other tracing (fake tensors, subclasses, dispatch/function modes, functorch,
+# jit.trace) the call is the custom op torch.ops.hopattn.fwd_kvcache (torch_ops.py), which declares
+# the in-place append (mutates_args=("k_cache", "v_cache")) and whose kernels are _op_forward.
 
 
-def _run_torch(torch, q, k_cache, v_cache, cache_seqlens, k, v, page_table, causal, softmax_scale, num_splits,
-               return_lse, check_index_values):
-    _check_torch_inputs(torch, q, k_cache, v_cache, 4, KVCACHE_LAYOUT)
-    if k is not None:
-        _check_torch_inputs(torch, q, k, v, 4, KVCACHE_LAYOUT)
+def _check_torch(torch, q, k_cache, v_cache, cache_seqlens, k, v, page_table, require_cuda=True):
+    """q, k_cache, v_cache (and k, v): dense CUDA tensors of 4 dims on q's device; the index tensors
+    int32 on q's device with a contiguous last dim. require_cuda=False (the custom op's CPU kernel
+    and fake implementation) accepts any one device."""
+    named = [("q", q), ("k_cache", k_cache), ("v_cache", v_cache)] + ([("k", k), ("v", v)] if k is not None else [])
+    if require_cuda:
+        _check_torch_inputs(torch, q, k_cache, v_cache, 4, KVCACHE_LAYOUT)
+        if k is not None:
+            _check_torch_inputs(torch, q, k, v, 4, KVCACHE_LAYOUT)
+    else:
+        for name, t in named:
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"{name}: expected a torch.Tensor like q, got {type(t).__name__}")
+            if t.dim() != 4:
+                raise _lib.InvalidArgumentError(f"{name}: expected 4 dims {KVCACHE_LAYOUT}, got shape {tuple(t.shape)}")
+            if t.device != q.device:
+                raise _lib.InvalidArgumentError(f"{name}: on device '{t.device}' but q is on '{q.device}'")
     for name, t in (("cache_seqlens", cache_seqlens), ("page_table", page_table)):
         if t is None:
             continue
@@ -135,14 +155,24 @@ def _run_torch(torch, q, k_cache, v_cache, cache_seqlens, k, v, page_table, caus
             raise _lib.InvalidArgumentError(f"{name}: on device '{t.device}' but q is on '{q.device}'")
         _check_index(name, t.dtype == torch.int32, t.dim() == 0 or t.stride(-1) == 1 or t.shape[-1] <= 1,
                      "contiguous along its last dim")
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k_cache, v_cache, k, v)):
-        raise NotImplementedError(NO_BACKWARD)
+
+
+def _launch(torch, q, k_cache, v_cache, cache_seqlens, k, v, page_table, causal, softmax_scale, num_splits,
+            check_index_values, with_lse):
+    """out (contiguous, q's dtype) and with with_lse lse (batch, heads_q, seqlen_q) float32, k/v
+    appended to the caches in place: the sm90 kernels on q's device and its current stream (a
+    workspace from torch's allocator), or the CPU reference for CPU tensors (the custom op's CPU
+    kernel, which always checks the index values). Inputs already checked by _check_torch."""
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
-    lse = q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32) if return_lse else None
+    lse = q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32) if with_lse else None
+    cpu = q.device.type == "cpu"
     args = _args(functools.partial(_torch_tensor, torch), q, k_cache, v_cache, cache_seqlens, page_table, k, v, out,
-                 lse, causal, softmax_scale, num_splits, check_index_values)
-    st = _direct(torch)
+                 lse, causal, softmax_scale, num_splits, False if cpu else check_index_values)
     lib = _lib_kvcache()
+    if cpu:
+        _lib.check(lib.hopattn_attention_with_kvcache_cpu(ctypes.byref(args)), "hopattn KV-cache CPU reference")
+        return (out, lse) if with_lse else out
+    st = _direct(torch)
     dev = q.get_device()
     prev = st.exchange_device(dev)  # a no-op when q is on the current device
     try:
@@ -154,6 +184,30 @@ def _run_torch(torch, q, k_cache, v_cache, cache_seqlens, k, v, page_table, caus
     finally:
         st.restore_device(prev)
     _lib.check(status, "hopattn KV-cache attention")
+    return (out, lse) if with_lse else out
+
+
+def _op_forward(torch, q, k_cache, v_cache, cache_seqlens, k, v, page_table, causal, softmax_scale, num_splits,
+                check_index_values, require_cuda=True):
+    """(out, lse) for the kernels of torch.ops.hopattn.fwd_kvcache (torch_ops.py): checks, then _launch."""
+    _check_new(k, v)
+    _check_torch(torch, q, k_cache, v_cache, cache_seqlens, k, v, page_table, require_cuda)
+    return _launch(torch, q, k_cache, v_cache, cache_seqlens, k, v, page_table, causal, softmax_scale, num_splits,
+                   check_index_values, True)
+
+
+def _run_torch(torch, q, k_cache, v_cache, cache_seqlens, k, v, page_table, causal, softmax_scale, num_splits,
+               return_lse, check_index_values):
+    _check_torch(torch, q, k_cache, v_cache, cache_seqlens, k, v, page_table)
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k_cache, v_cache, k, v)):
+        raise NotImplementedError(NO_BACKWARD)
+    # is_compiling() first, as in hopattn.attention: dynamo reads it as True and never looks further.
+    if not torch.compiler.is_compiling():
+        if _plain_eager(_direct(torch), (q, k_cache, v_cache, cache_seqlens, k, v, page_table)):
+            return _launch(torch, q, k_cache, v_cache, cache_seqlens, k, v, page_table, causal, softmax_scale,
+                           num_splits, check_index_values, return_lse)
+    out, lse = _torch_ops_module().fwd_kvcache(q, k_cache, v_cache, cache_seqlens, k, v, page_table, causal,
+                                               softmax_scale, num_splits, check_index_values)
     return (out, lse) if return_lse else out
 
 
@@ -194,6 +248,12 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, k=None, v=None, p
     Returns out (batch, seqlen_q, heads_q, head_dim), contiguous, q's dtype; with return_lse=True
     (out, lse) with lse (batch, heads_q, seqlen_q) float32, the natural-log log-sum-exp of the
     scaled scores.
+
+    Two routes, the same kernels and bits, as hopattn.attention: a plain eager call goes straight to
+    the library; under torch.compile / torch.export, fake tensors and other tracing the call is the
+    custom op torch.ops.hopattn.fwd_kvcache (no graph break; it declares k_cache and v_cache as
+    mutated, so functionalization keeps the append). Both can be captured in CUDA graphs. With grad
+    mode on and q, k_cache, v_cache, k or v requiring grad it raises NotImplementedError.
     """
     _check_scale(softmax_scale)
     num_splits = _check_num_splits(num_splits)

@@ -8,6 +8,10 @@
 #   torch.ops.hopattn.bwd_varlen(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
 #                                max_seqlen_k, seqused_q, seqused_k, causal, softmax_scale,
 #                                deterministic) -> (dq, dk, dv)
+#   torch.ops.hopattn.fwd_kvcache(q, k_cache!, v_cache!, cache_seqlens, k=None, v=None, page_table=None,
+#                                 causal=False, softmax_scale=None, num_splits=0,
+#                                 check_index_values=False) -> (out, lse)
+#       (mutates k_cache and v_cache: k/v are appended in place; forward only, no autograd)
 #
 # Being real operators (not Python code around a ctypes call) is what lets torch.compile trace
 # them as single graph nodes (no graph break), lets autograd and AOTAutograd see the backward, and
@@ -19,7 +23,8 @@
 # torch.export, fake tensors and other subclasses, dispatch/function modes, functorch, jit.trace);
 # a plain eager call goes straight to the same kernel functions (ops._direct_forward /
 # _direct_backward, which the CUDA kernels below call too) with less host time per call.
-# hopattn.varlen_attention() does the same with the *_varlen ops (varlen._launch / _launch_backward).
+# hopattn.varlen_attention() does the same with the *_varlen ops (varlen._launch / _launch_backward),
+# hopattn.attention_with_kvcache() with fwd_kvcache (kvcache._launch).
 #
 # This module imports torch; hopattn imports it only when attention() first takes the op route (or
 # a user imports it, e.g. to make torch.ops.hopattn.* exist before loading a saved graph).
@@ -35,7 +40,7 @@ from typing import Optional, Tuple
 
 import torch
 
-from . import _lib, ops, varlen
+from . import _lib, kvcache, ops, varlen
 
 if not hasattr(torch.library, "custom_op"):
     raise ImportError(
@@ -128,11 +133,33 @@ def _bwd_varlen(
                                seqused_q, seqused_k, causal, softmax_scale, deterministic)
 
 
+@torch.library.custom_op("hopattn::fwd_kvcache", mutates_args=("k_cache", "v_cache"), device_types="cuda")
+def _fwd_kvcache(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    cache_seqlens: torch.Tensor,
+    k: Optional[torch.Tensor] = None,
+    v: Optional[torch.Tensor] = None,
+    page_table: Optional[torch.Tensor] = None,
+    causal: bool = False,
+    softmax_scale: Optional[float] = None,
+    num_splits: int = 0,
+    check_index_values: bool = False,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """out (batch, seqlen_q, heads_q, head_dim) in q's dtype and lse (batch, heads_q, seqlen_q)
+    float32, after appending k/v (if given) to k_cache/v_cache in place at cache_seqlens; see
+    hopattn.attention_with_kvcache. Forward only."""
+    return kvcache._op_forward(torch, q, k_cache, v_cache, cache_seqlens, k, v, page_table, causal, softmax_scale,
+                               num_splits, check_index_values)
+
+
 # The OpOverloads: what hopattn.attention / varlen_attention call, and what a traced graph records.
 fwd = torch.ops.hopattn.fwd.default
 bwd = torch.ops.hopattn.bwd.default
 fwd_varlen = torch.ops.hopattn.fwd_varlen.default
 bwd_varlen = torch.ops.hopattn.bwd_varlen.default
+fwd_kvcache = torch.ops.hopattn.fwd_kvcache.default
 
 
 # --- CPU kernels (the CPU reference) ----------------------------------------------------------------
@@ -184,6 +211,14 @@ def _bwd_varlen_cpu(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seq
     # The dense CPU reference per sequence (it is deterministic anyway); it recomputes out and lse.
     return varlen._op_backward(torch, dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                seqused_q, seqused_k, causal, softmax_scale, deterministic, require_cuda=False)
+
+
+@_fwd_kvcache.register_kernel("cpu")
+def _fwd_kvcache_cpu(q, k_cache, v_cache, cache_seqlens, k=None, v=None, page_table=None, causal=False,
+                     softmax_scale=None, num_splits=0, check_index_values=False):
+    # The CPU reference always checks the index values (and ignores num_splits).
+    return kvcache._op_forward(torch, q, k_cache, v_cache, cache_seqlens, k, v, page_table, causal, softmax_scale,
+                               num_splits, False, require_cuda=False)
 
 
 # --- fake (meta) implementations: shapes and dtypes for torch.compile ---------------------------------
@@ -259,6 +294,18 @@ def _bwd_varlen_fake(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_se
     return varlen._grad_outputs(torch, q, k, v)
 
 
+@_fwd_kvcache.register_fake
+def _fwd_kvcache_fake(q, k_cache, v_cache, cache_seqlens, k=None, v=None, page_table=None, causal=False,
+                      softmax_scale=None, num_splits=0, check_index_values=False):
+    # Metadata only: layout, devices and the index tensors' dtype; the library checks the rest (and
+    # does the append) when the kernel runs.
+    kvcache._check_new(k, v)
+    kvcache._check_torch(torch, q, k_cache, v_cache, cache_seqlens, k, v, page_table, require_cuda=False)
+    batch, seqlen_q, heads_q, _ = q.shape
+    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    return out, q.new_empty((batch, heads_q, seqlen_q), dtype=torch.float32)
+
+
 # --- autograd -----------------------------------------------------------------------------------------
 
 
@@ -302,3 +349,8 @@ def _backward_varlen(ctx, dout, _dlse):
 
 
 _fwd_varlen.register_autograd(_backward_varlen, setup_context=_setup_context_varlen)
+
+
+# hopattn::fwd_kvcache has no autograd formula (FA3's flash_attn_with_kvcache is forward only):
+# hopattn.attention_with_kvcache raises NotImplementedError before reaching the op when a gradient
+# is required, and torch's default for a custom op without one refuses the backward.

@@ -1,14 +1,17 @@
 # hopattn.flash_attn_interface, the drop-in for FlashAttention-3's flash_attn_interface module.
 #  - Everywhere (no torch, no library): the signatures equal FA3's (names, order, defaults); every
-#    unsupported argument raises NotImplementedError naming it, before any tensor is looked at; the
-#    KV-cache entry points raise; importing it imports no torch; flash_attn_varlen_func hands every
-#    supported argument, deterministic included, to hopattn.varlen_attention. (Its results and
-#    gradients are tested with hopattn.varlen_attention in test_varlen.py.)
+#    unsupported argument raises NotImplementedError naming it, before any tensor is looked at;
+#    flash_attn_combine / get_scheduler_metadata raise; importing it imports no torch;
+#    flash_attn_varlen_func and flash_attn_with_kvcache hand every supported argument to
+#    hopattn.varlen_attention / attention_with_kvcache (an int cache_seqlens broadcast to int32).
+#    (varlen results and gradients are tested with hopattn.varlen_attention in test_varlen.py.)
 #  - With the library (numpy, CPU reference): the supported functions return what hopattn.attention
-#    returns, in FA3's return conventions.
+#    returns, in FA3's return conventions; flash_attn_with_kvcache equals attention_with_kvcache
+#    bitwise (contiguous and paged, with and without the append, the caches mutated alike).
 #  - With torch on the CPU: unsupported arguments are reported before the CUDA-device check.
 #  - With torch, the library and an sm_90 GPU: flash_attn_func / flash_attn_qkvpacked_func against
-#    hopattn.attention (bitwise, forward and gradients) and against torch SDPA.
+#    hopattn.attention (bitwise, forward and gradients) and against torch SDPA; flash_attn_with_kvcache
+#    against hopattn.attention_with_kvcache (bitwise, out, lse and the appended caches).
 import inspect
 import math
 import os
@@ -144,11 +147,62 @@ def test_tensor_arguments_are_named_by_shape_not_contents():
         fai.flash_attn_func(SENTINEL, SENTINEL, SENTINEL, qv=value)
 
 
-def test_kvcache_is_not_implemented_yet():
-    with pytest.raises(NotImplementedError, match=r"flash_attn_with_kvcache: .*k_cache, v_cache"):
-        fai.flash_attn_with_kvcache(SENTINEL, SENTINEL, SENTINEL)
-    with pytest.raises(NotImplementedError, match=r"flash_attn_with_kvcache: softcap="):
-        fai.flash_attn_with_kvcache(SENTINEL, SENTINEL, SENTINEL, softcap=5.0)
+# flash_attn_func's unsupported arguments that flash_attn_with_kvcache has too, and its own.
+KVCACHE_UNSUPPORTED = {
+    **{name: UNSUPPORTED[name] for name in ("qv", "q_descale", "k_descale", "v_descale", "window_size",
+                                            "attention_chunk", "softcap", "pack_gqa", "sm_margin")},
+    "rotary_cos": SENTINEL,
+    "rotary_sin": SENTINEL,
+    "cache_batch_idx": SENTINEL,
+    "cache_leftpad": SENTINEL,
+    "cu_seqlens_q": SENTINEL,
+    "cu_seqlens_k_new": SENTINEL,
+    "max_seqlen_q": 4,
+    "rotary_seqlens": SENTINEL,
+    "rotary_interleaved": False,
+    "scheduler_metadata": SENTINEL,
+}
+
+
+@pytest.mark.parametrize("argument", list(KVCACHE_UNSUPPORTED))
+def test_flash_attn_with_kvcache_names_each_unsupported_argument(argument):
+    with pytest.raises(NotImplementedError, match=rf"^flash_attn_with_kvcache: {argument}="):
+        fai.flash_attn_with_kvcache(SENTINEL, SENTINEL, SENTINEL, cache_seqlens=SENTINEL,
+                                    **{argument: KVCACHE_UNSUPPORTED[argument]})
+
+
+@pytest.mark.parametrize("pack_gqa", [None, True, False])
+@pytest.mark.parametrize("num_splits", [0, 1, 5])
+def test_flash_attn_with_kvcache_passes_its_arguments_through(monkeypatch, pack_gqa, num_splits):
+    from hopattn import kvcache
+
+    calls = []
+    monkeypatch.setattr(kvcache, "attention_with_kvcache", lambda *args, **kw: calls.append((args, kw)) or "out")
+    q, k_cache, v_cache, k, v, seqlens, page_table = (np.zeros((3, 1)) for _ in range(7))
+    assert fai.flash_attn_with_kvcache(q, k_cache, v_cache, k=k, v=v, cache_seqlens=seqlens, page_table=page_table,
+                                       softmax_scale=0.5, causal=True, num_splits=num_splits, pack_gqa=pack_gqa,
+                                       return_softmax_lse=True) == "out"
+    (args, kw), = calls
+    assert all(a is b for a, b in zip(args, (q, k_cache, v_cache, seqlens)))
+    assert kw.pop("k") is k and kw.pop("v") is v and kw.pop("page_table") is page_table
+    assert kw == dict(causal=True, softmax_scale=0.5, num_splits=num_splits, return_lse=True)
+
+
+def test_flash_attn_with_kvcache_int_and_missing_cache_seqlens(monkeypatch):
+    # FA3 broadcasts an int cache_seqlens to int32 (batch,); None means the whole cache is valid.
+    from hopattn import kvcache
+
+    calls = []
+    monkeypatch.setattr(kvcache, "attention_with_kvcache", lambda *args, **kw: calls.append(args[3]) or "out")
+    q, cache = np.zeros((3, 1, 4, 8), np.float32), np.zeros((3, 10, 2, 8), np.float32)
+    fai.flash_attn_with_kvcache(q, cache, cache, cache_seqlens=7)
+    fai.flash_attn_with_kvcache(q, cache, cache, cache_seqlens=np.int64(6))
+    fai.flash_attn_with_kvcache(q, cache, cache)
+    fai.flash_attn_with_kvcache(q, cache, cache, page_table=np.zeros((3, 4), np.int32))  # 4 pages of 10
+    for got, want in zip(calls, (7, 6, 10, 40)):
+        assert got.dtype == np.int32 and got.tolist() == [want] * 3
+    with pytest.raises(NotImplementedError, match="cache_seqlens=None"):
+        fai.flash_attn_with_kvcache(q, cache, cache, k=cache[:, :1], v=cache[:, :1])
 
 
 def test_combine_and_scheduler_metadata_are_not_implemented_yet():
@@ -214,6 +268,56 @@ def test_qkvpacked_bad_layout_names_qkv(shape, num_heads_q):
         fai.flash_attn_qkvpacked_func(np.zeros(shape, np.float32), num_heads_q=num_heads_q)
 
 
+def kvcache_problem(page_size, seqlen_new, seed=0):
+    """q, k_cache, v_cache, cache_seqlens, page_table (None when contiguous), k, v (None without
+    seqlen_new): float32 numpy, a cache of capacity 16 per sequence, ragged lengths with 0."""
+    rng = np.random.default_rng(seed)
+    batch, heads_q, heads_kv, head_dim, capacity = 3, 4, 2, 16, 16
+    if page_size:
+        max_pages = capacity // page_size
+        page_table = rng.permutation(batch * max_pages + 2)[: batch * max_pages].reshape(batch, max_pages)
+        page_table = page_table.astype(np.int32)
+        cache_shape = (batch * max_pages + 2, page_size, heads_kv, head_dim)
+    else:
+        page_table, cache_shape = None, (batch, capacity, heads_kv, head_dim)
+    rand = lambda *shape: rng.standard_normal(shape).astype(np.float32)  # noqa: E731
+    k = v = None
+    if seqlen_new:
+        k, v = rand(batch, seqlen_new, heads_kv, head_dim), rand(batch, seqlen_new, heads_kv, head_dim)
+    seqlens = np.array([5, 0, 16 - max(seqlen_new, 1)], np.int32)
+    return rand(batch, 2, heads_q, head_dim), rand(*cache_shape), rand(*cache_shape), seqlens, page_table, k, v
+
+
+@pytest.mark.parametrize("page_size", [0, 4], ids=["contiguous", "paged"])
+@pytest.mark.parametrize("seqlen_new", [0, 2], ids=["no-append", "append"])
+def test_flash_attn_with_kvcache_is_hopattn_attention_with_kvcache(lib, page_size, seqlen_new):
+    q, k_cache, v_cache, seqlens, page_table, k, v = kvcache_problem(page_size, seqlen_new)
+    caches = (k_cache.copy(), v_cache.copy())
+    out, lse = fai.flash_attn_with_kvcache(q, k_cache, v_cache, k=k, v=v, cache_seqlens=seqlens,
+                                           page_table=page_table, softmax_scale=0.3, causal=True, num_splits=3,
+                                           return_softmax_lse=True)
+    want_out, want_lse = hopattn.attention_with_kvcache(q, *caches, seqlens, k=k, v=v, page_table=page_table,
+                                                        causal=True, softmax_scale=0.3, return_lse=True)
+    np.testing.assert_array_equal(out, want_out)
+    np.testing.assert_array_equal(lse, want_lse)
+    assert lse.shape == (3, 4, 2) and lse.dtype == np.float32  # (batch, nheads, seqlen_q), as FA3's
+    np.testing.assert_array_equal(k_cache, caches[0])  # appended to in place, alike
+    np.testing.assert_array_equal(v_cache, caches[1])
+    if seqlen_new:  # the append really happened
+        assert not np.array_equal(k_cache, kvcache_problem(page_size, seqlen_new)[1])
+    alone = fai.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens + seqlen_new,
+                                        page_table=page_table)
+    assert isinstance(alone, np.ndarray)
+    np.testing.assert_array_equal(alone, hopattn.attention_with_kvcache(q, k_cache, v_cache, seqlens + seqlen_new,
+                                                                        page_table=page_table))
+
+
+def test_flash_attn_with_kvcache_int_cache_seqlens(lib):
+    q, k_cache, v_cache, _, _, _, _ = kvcache_problem(0, 0, seed=1)
+    out = fai.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=9)
+    np.testing.assert_array_equal(out, hopattn.attention_with_kvcache(q, k_cache, v_cache, np.full(3, 9, np.int32)))
+
+
 # --- torch on the CPU ---------------------------------------------------------------------------
 
 
@@ -255,6 +359,8 @@ def test_dynamo_traces_the_drop_in_functions_as_one_graph():
         calls = [
             (lambda q, k, v: fai.flash_attn_func(q, k, v, causal=True, return_attn_probs=True), (q, kv, kv)),
             (lambda qkv: fai.flash_attn_qkvpacked_func(qkv, softmax_scale=0.1), (qkv,)),
+            (lambda q, k, v: fai.flash_attn_with_kvcache(q, kv, kv, k=k, v=v, cache_seqlens=3,
+                                                         return_softmax_lse=True), (q, kv[:, :1], kv[:, :1])),
         ]
         for fn, args in calls:
             explanation = torch._dynamo.explain(fn)(*args)
@@ -353,3 +459,29 @@ def test_forward_only_head_dims_still_run_forward():
     q, k, v, _ = gpu_qkv(1, 64, 64, 2, 2, head_dim, {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype_name])
     out = fai.flash_attn_func(q, k, v, causal=True)
     assert rel_l2(out, sdpa(q, k, v, True)) < 2e-2
+
+
+@needs_gpu
+@pytest.mark.parametrize("page_size", [0, 16], ids=["contiguous", "paged"])
+@pytest.mark.parametrize("seqlen_new", [0, 1], ids=["no-append", "append"])
+def test_flash_attn_with_kvcache_equals_attention_with_kvcache_bitwise(page_size, seqlen_new):
+    dtype, head_dim = gpu_setup(want_backward=False)
+    arrays = kvcache_problem(page_size, seqlen_new, seed=2)
+    q, k_cache, v_cache, seqlens, page_table, k, v = (
+        None if a is None else torch.from_numpy(a).cuda() if a.dtype == np.int32 else
+        torch.from_numpy(np.ascontiguousarray(np.resize(a, a.shape[:-1] + (head_dim,)))).to("cuda", dtype)
+        for a in arrays
+    )
+    caches = (k_cache.clone(), v_cache.clone())
+    out, lse = fai.flash_attn_with_kvcache(q, k_cache, v_cache, k=k, v=v, cache_seqlens=seqlens,
+                                           page_table=page_table, causal=True, return_softmax_lse=True)
+    want_out, want_lse = hopattn.attention_with_kvcache(q, *caches, seqlens, k=k, v=v, page_table=page_table,
+                                                        causal=True, return_lse=True)
+    torch.cuda.synchronize()
+    assert torch.equal(out, want_out) and torch.equal(lse, want_lse)
+    assert lse.shape == (q.shape[0], q.shape[2], q.shape[1]) and lse.dtype == torch.float32
+    assert torch.equal(k_cache, caches[0]) and torch.equal(v_cache, caches[1])
+    out = fai.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=int(seqlens.max()), page_table=page_table)
+    want = hopattn.attention_with_kvcache(q, k_cache, v_cache, torch.full_like(seqlens, int(seqlens.max())),
+                                          page_table=page_table)
+    assert torch.equal(out, want)

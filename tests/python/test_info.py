@@ -1,6 +1,6 @@
 # `python -m hopattn.info` (python/hopattn/info.py): exits 0 and reports what it can with or without
 # the library, torch and a GPU; its facts agree with build_info(), CMakeLists.txt's GPU target and
-# the feature set (varlen: forward and backward; KV cache: not yet).
+# the feature set (varlen: forward and backward; KV cache: forward).
 import importlib.util
 import json
 import os
@@ -39,7 +39,8 @@ def test_runs_without_the_library(tmp_path):
     assert "library: not loaded: HOPATTN_LIBRARY=" in result.stdout
     assert re.search(r"varlen \(varlen_attention, flash_attn_varlen_func\)\s+unknown \(library not loaded\)",
                      result.stdout)
-    assert re.search(r"kv cache \(flash_attn_with_kvcache\)\s+not yet", result.stdout)
+    assert re.search(r"kv cache \(attention_with_kvcache, flash_attn_with_kvcache\)\s+unknown \(library not loaded\)",
+                     result.stdout)
 
 
 def test_json_without_the_library_reports_torch_as_found(tmp_path):
@@ -49,7 +50,7 @@ def test_json_without_the_library_reports_torch_as_found(tmp_path):
     assert facts["hopattn"] == hopattn.__version__
     assert "error" in facts["library"] and facts["device"]["usable"] is False
     assert (facts["torch"]["version"] is not None) == HAS_TORCH
-    assert facts["features"]["kv cache (flash_attn_with_kvcache)"] == "not yet"
+    assert facts["features"]["kv cache (attention_with_kvcache, flash_attn_with_kvcache)"] == "unknown (library not loaded)"
 
 
 def test_text_with_the_library(lib):
@@ -60,6 +61,7 @@ def test_text_with_the_library(lib):
     assert f"  instantiations: {', '.join(build['instantiations'])}" in result.stdout
     assert "\nGPU: " in result.stdout and "\nfeatures:\n" in result.stdout
     assert re.search(r"varlen \(varlen_attention, flash_attn_varlen_func\)\s+forward and backward", result.stdout)
+    assert re.search(r"kv cache \(attention_with_kvcache, flash_attn_with_kvcache\)\s+forward: contiguous or paged", result.stdout)
 
 
 def test_facts_agree_with_build_info(lib):

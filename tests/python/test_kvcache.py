@@ -6,10 +6,17 @@
 #    keys gathered by hand, contiguous and paged (random page tables), GQA/MQA, causal with
 #    seqlen_q > 1, ragged lengths with 0, the append (new rows written, all else untouched), lse;
 #    the library's errors reach the exception with the argument named.
-#  - With torch, no GPU: CPU tensors refused.
+#  - With torch, no GPU: CPU tensors refused by attention_with_kvcache. The custom op
+#    hopattn::fwd_kvcache (torch_ops.py): its schema (k_cache, v_cache mutated), its CPU kernel (the
+#    CPU reference) equal to the numpy binding bitwise, caches appended alike, torch.library.opcheck,
+#    torch.compile(fullgraph=True, aot_eager) equal to eager with the same cache mutation, the fake
+#    implementation, and attention_with_kvcache traced by dynamo into one graph holding the op
+#    (fake CUDA tensors).
 #  - With torch, the library and an sm_90 GPU: bf16/fp16 against the float64 formula for page sizes
 #    16/64/256 and contiguous caches, the append, split counts, determinism, check_index_values,
-#    the workspace on a side stream.
+#    the workspace on a side stream; the op route equal to the direct one bitwise;
+#    torch.compile(fullgraph=True) equal to eager (out, lse, the appended caches); a decode step
+#    captured in a CUDA graph and replayed equal to eager.
 import ctypes
 import inspect
 import re
@@ -339,6 +346,227 @@ def test_gpu_gradient_refused(lib):
     q, k_cache, v_cache, seqlens, _, _, _ = gpu_problem([3], 1, 2, 2, 64, 16, 0, 0, torch.bfloat16)
     with pytest.raises(NotImplementedError, match="forward only"):
         hopattn.attention_with_kvcache(q.requires_grad_(), k_cache, v_cache, seqlens)
+
+
+# --- the custom op hopattn::fwd_kvcache --------------------------------------------------------------
+
+needs_custom_op = pytest.mark.skipif(torch is None or not hasattr(torch.library, "custom_op"),
+                                     reason="needs torch 2.4+ (torch.library.custom_op)")
+
+# (lens, seqlen_q, heads_q, heads_kv, head_dim, capacity, page_size, seqlen_new, causal)
+OP_CASES = {
+    "contig": ([5, 0, 30], 1, 4, 2, 16, 32, 0, 0, False),
+    "contig-append-causal": ([5, 0, 28], 3, 4, 2, 16, 32, 0, 2, True),
+    "paged-append": ([3, 9, 0], 2, 4, 1, 16, 16, 4, 1, False),
+    "paged-causal": ([7, 1, 12], 2, 2, 2, 16, 16, 8, 0, True),
+}
+
+
+def torch_problem(name, seed=0, device="cpu", dtype=None):
+    lens, sq, hq, hkv, d, capacity, page, new, causal = OP_CASES[name]
+    arrays = make_problem(lens, sq, hq, hkv, d, capacity, page, new, seed=seed)
+
+    def conv(a):
+        if a is None:
+            return None
+        t = torch.from_numpy(a.copy()).to(device)
+        return t if dtype is None or t.dtype == torch.int32 else t.to(dtype)
+
+    return (*(conv(a) for a in arrays), causal)
+
+
+@needs_custom_op
+def test_op_schema_declares_the_append():
+    from hopattn import torch_ops
+
+    assert str(torch_ops.fwd_kvcache._schema) == (
+        "hopattn::fwd_kvcache(Tensor q, Tensor(a1!) k_cache, Tensor(a2!) v_cache, Tensor cache_seqlens, "
+        "Tensor? k=None, Tensor? v=None, Tensor? page_table=None, bool causal=False, float? softmax_scale=None, "
+        "SymInt num_splits=0, bool check_index_values=False) -> (Tensor, Tensor)"
+    )
+
+
+@needs_custom_op
+@pytest.mark.parametrize("name", sorted(OP_CASES))
+def test_op_cpu_kernel_equals_numpy(lib, name):
+    from hopattn import torch_ops
+
+    q, k_cache, v_cache, seqlens, page_table, k, v, causal = torch_problem(name, seed=5)
+    arrays = [None if t is None else t.numpy().copy() for t in (q, k_cache, v_cache, seqlens, page_table, k, v)]
+    out, lse = torch_ops.fwd_kvcache(q, k_cache, v_cache, seqlens, k, v, page_table, causal, 0.3, 2)
+    want_out, want_lse = hopattn.attention_with_kvcache(*arrays[:4], k=arrays[5], v=arrays[6], page_table=arrays[4],
+                                                        causal=causal, softmax_scale=0.3, return_lse=True)
+    np.testing.assert_array_equal(out.numpy(), want_out)
+    np.testing.assert_array_equal(lse.numpy(), want_lse)
+    assert lse.shape == (q.shape[0], q.shape[2], q.shape[1])
+    np.testing.assert_array_equal(k_cache.numpy(), arrays[1])  # both appended alike
+    np.testing.assert_array_equal(v_cache.numpy(), arrays[2])
+
+
+@needs_custom_op
+@pytest.mark.parametrize("name", sorted(OP_CASES))
+def test_opcheck_cpu(lib, name):
+    from hopattn import torch_ops
+
+    q, k_cache, v_cache, seqlens, page_table, k, v, causal = torch_problem(name, seed=6)
+    torch.library.opcheck(torch_ops.fwd_kvcache, (q, k_cache, v_cache, seqlens, k, v, page_table),
+                          {"causal": causal})
+
+
+@needs_custom_op
+@pytest.mark.parametrize("name", ["contig-append-causal", "paged-append"])
+def test_compile_fullgraph_on_cpu_equals_eager_and_appends_alike(lib, name):
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    from hopattn import torch_ops
+
+    def step(q, k_cache, v_cache, seqlens, k, v, page_table):
+        out, lse = torch_ops.fwd_kvcache(q * 2, k_cache, v_cache, seqlens, k, v, page_table, True, None, 0)
+        return out.sum(dim=-1), lse
+
+    q, k_cache, v_cache, seqlens, page_table, k, v, _ = torch_problem(name, seed=7)
+    eager_caches = (k_cache.clone(), v_cache.clone())
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend("aot_eager")
+    compiled = torch.compile(step, backend=counter, fullgraph=True)
+    got = compiled(q, k_cache, v_cache, seqlens, k, v, page_table)
+    want = step(q, *eager_caches, seqlens, k, v, page_table)
+    assert counter.frame_count == 1
+    for g, w in zip(got, want):
+        assert torch.equal(g, w)
+    assert torch.equal(k_cache, eager_caches[0]) and torch.equal(v_cache, eager_caches[1])
+    assert not torch.equal(k_cache, torch_problem(name, seed=7)[1])  # the append happened
+
+
+@needs_custom_op
+def test_fake_outputs_and_metadata_errors():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from hopattn import torch_ops
+
+    with FakeTensorMode():
+        q = torch.empty(3, 2, 8, 128, dtype=torch.bfloat16, device="cuda")
+        cache = torch.empty(40, 16, 2, 128, dtype=torch.bfloat16, device="cuda")
+        new = torch.empty(3, 2, 2, 128, dtype=torch.bfloat16, device="cuda")
+        seqlens = torch.empty(3, dtype=torch.int32, device="cuda")
+        pages = torch.empty(3, 10, dtype=torch.int32, device="cuda")
+        out, lse = torch_ops.fwd_kvcache(q, cache, cache, seqlens, new, new, pages, True)
+        assert out.shape == q.shape and out.dtype == q.dtype and out.is_contiguous()
+        assert lse.shape == (3, 8, 2) and lse.dtype == torch.float32 and lse.device == q.device
+        out, lse = hopattn.attention_with_kvcache(q, cache, cache, seqlens, k=new, v=new, page_table=pages,
+                                                  return_lse=True)  # fake tensors: the op route
+        assert out.shape == q.shape and lse.shape == (3, 8, 2)
+        with pytest.raises(ValueError, match="cache_seqlens: dtype must be int32"):
+            torch_ops.fwd_kvcache(q, cache, cache, seqlens.long())
+        with pytest.raises(ValueError, match="k and v .* must be given together"):
+            torch_ops.fwd_kvcache(q, cache, cache, seqlens, new)
+        with pytest.raises(ValueError, match="k_cache: expected 4 dims"):
+            torch_ops.fwd_kvcache(q, cache[0], cache, seqlens)
+
+
+@needs_custom_op
+def test_dynamo_traces_attention_with_kvcache_as_one_graph():
+    # Fake CUDA tensors: tracing only, no GPU or library needed.
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    def step(q, k_cache, v_cache, seqlens, k, v):
+        return hopattn.attention_with_kvcache(q, k_cache, v_cache, seqlens, k=k, v=v, causal=True) * 2
+
+    with FakeTensorMode():
+        q = torch.empty(2, 1, 8, 128, dtype=torch.bfloat16, device="cuda")
+        cache = torch.empty(2, 64, 2, 128, dtype=torch.bfloat16, device="cuda")
+        new = torch.empty(2, 1, 2, 128, dtype=torch.bfloat16, device="cuda")
+        seqlens = torch.empty(2, dtype=torch.int32, device="cuda")
+        explanation = torch._dynamo.explain(step)(q, cache, cache, seqlens, new, new)
+    assert (explanation.graph_count, explanation.graph_break_count) == (1, 0), explanation.break_reasons
+    assert any(node.target is torch.ops.hopattn.fwd_kvcache.default for node in explanation.graphs[0].graph.nodes)
+
+
+# --- the custom op on the GPU ----------------------------------------------------------------------------
+
+
+def gpu_op_problem(page, seed=0):
+    return gpu_problem([0, 1, 300, 77], 1, 16, 4, 128, 512, page, 1, torch.bfloat16, seed=seed)
+
+
+@needs_gpu
+@pytest.mark.parametrize("page", [0, 64])
+def test_gpu_op_route_equals_direct_bitwise(lib, page):
+    from hopattn import torch_ops
+    from hopattn_test_support import op_route
+
+    q, k_cache, v_cache, seqlens, page_table, k, v = gpu_op_problem(page, seed=1)
+    caches = (k_cache.clone(), v_cache.clone())
+    want = hopattn.attention_with_kvcache(q, k_cache, v_cache, seqlens, k=k, v=v, page_table=page_table, causal=True,
+                                          return_lse=True)
+    with op_route():
+        got = hopattn.attention_with_kvcache(q, *caches, seqlens, k=k, v=v, page_table=page_table, causal=True,
+                                             return_lse=True)
+    torch.cuda.synchronize()
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    assert torch.equal(caches[0], k_cache) and torch.equal(caches[1], v_cache)
+    torch.library.opcheck(torch_ops.fwd_kvcache, (q, k_cache.clone(), v_cache.clone(), seqlens, k, v, page_table),
+                          {"causal": True})
+
+
+@needs_gpu
+@pytest.mark.parametrize("page", [0, 64])
+def test_gpu_compile_fullgraph_equals_eager(lib, page):
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    def step(q, k_cache, v_cache, seqlens, k, v, page_table):
+        out, lse = hopattn.attention_with_kvcache(q, k_cache, v_cache, seqlens, k=k, v=v, page_table=page_table,
+                                                  causal=True, return_lse=True)
+        return out.float() * 2, lse
+
+    q, k_cache, v_cache, seqlens, page_table, k, v = gpu_op_problem(page, seed=2)
+    eager_caches = (k_cache.clone(), v_cache.clone())
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend("inductor")
+    got = torch.compile(step, backend=counter, fullgraph=True)(q, k_cache, v_cache, seqlens, k, v, page_table)
+    want = step(q, *eager_caches, seqlens, k, v, page_table)
+    torch.cuda.synchronize()
+    assert counter.frame_count == 1
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    assert torch.equal(k_cache, eager_caches[0]) and torch.equal(v_cache, eager_caches[1])
+
+
+@needs_gpu
+@pytest.mark.parametrize("page", [0, 64])
+def test_gpu_cuda_graph_decode_step_equals_eager(lib, page):
+    # A decode step with static shapes: preallocated caches, q / k / v / cache_seqlens copied into
+    # static buffers before each replay; the captured append and attention equal eager's.
+    q, k_cache, v_cache, seqlens, page_table, k, v = gpu_op_problem(page, seed=3)
+    eager_caches = (k_cache.clone(), v_cache.clone())
+
+    def step():
+        return hopattn.attention_with_kvcache(q, k_cache, v_cache, seqlens, k=k, v=v, page_table=page_table,
+                                              causal=True, return_lse=True)
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up off the default stream, as capture requires
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out, static_lse = step()
+    torch.cuda.synchronize()
+    k_cache.copy_(eager_caches[0])
+    v_cache.copy_(eager_caches[1])
+    for seed in (4, 5):
+        fresh = gpu_op_problem(page, seed=seed)
+        with torch.no_grad():
+            q.copy_(fresh[0])
+            k.copy_(fresh[5])
+            v.copy_(fresh[6])
+        graph.replay()
+        want_out, want_lse = hopattn.attention_with_kvcache(q, *eager_caches, seqlens, k=k, v=v,
+                                                            page_table=page_table, causal=True, return_lse=True)
+        torch.cuda.synchronize()
+        assert torch.equal(static_out, want_out) and torch.equal(static_lse, want_lse)
+        assert torch.equal(k_cache, eager_caches[0]) and torch.equal(v_cache, eager_caches[1])
+        seqlens += 1  # the next token's slot, in place: the graph reads the same buffer
 
 
 def test_bench_bytes_formula():
