@@ -450,14 +450,57 @@ def _direct_backward(st, q, k, v, out, dout, lse, causal, softmax_scale, determi
     return dq, dk, dv
 
 
-def _make_direct_function(torch, st):
-    """The torch.autograd.Function of the direct path when a gradient is needed, and the fastest
-    way to apply it. It saves and recomputes exactly what hopattn::fwd's registered autograd does."""
+def _direct_autograd(torch, st, name, run_forward, run_backward, n_inputs):
+    """The apply of a torch.autograd.Function for a direct (ctypes) route, shared by hopattn.attention
+    and hopattn.varlen_attention. run_forward(ctx, *inputs) -> (out, lse, return_lse) launches the
+    forward and saves what the backward needs; run_backward(ctx, dout) -> one gradient (or None)
+    per input. lse is never differentiable, and no zero gradient is materialised for it."""
     from torch.autograd.function import once_differentiable
 
     def backward_impl(ctx, dout, *unused_dlse):
         if dout is None:  # out took no part in the loss
-            return None, None, None, None, None, None, None
+            return (None,) * n_inputs
+        return run_backward(ctx, dout)
+
+    # With create_graph=True the gradients would carry no history (ctypes): once_differentiable
+    # makes a double backward raise instead, as the ops' backward (no autograd of its own) does. Its
+    # no_grad context costs a few µs, so a plain backward (grad mode off) skips it.
+    backward_once = once_differentiable(backward_impl)
+
+    def forward(ctx, *inputs):
+        out, lse, return_lse = run_forward(ctx, *inputs)
+        ctx.set_materialize_grads(False)
+        if return_lse:
+            ctx.mark_non_differentiable(lse)
+            return out, lse
+        return out
+
+    def backward(ctx, dout, *unused_dlse):
+        if st.is_grad_enabled():
+            return backward_once(ctx, dout, *unused_dlse)
+        return backward_impl(ctx, dout, *unused_dlse)
+
+    function = type(name, (torch.autograd.Function,), {"forward": staticmethod(forward), "backward": staticmethod(backward)})
+    # Function.apply's Python layer binds setup_context arguments and handles functorch
+    # transforms; these Functions have no setup_context and the direct route never runs under a
+    # transform, so the C apply underneath it is called directly (several µs less per call).
+    base_apply = getattr(getattr(torch._C, "_FunctionBase", None), "__dict__", {}).get("apply")
+    if base_apply is not None and hasattr(base_apply, "__get__"):
+        return base_apply.__get__(None, function)
+    return function.apply
+
+
+def _make_direct_function(torch, st):
+    """hopattn.attention's autograd on the direct path when a gradient is needed. It saves and
+    recomputes exactly what hopattn::fwd's registered autograd does: q, k, v, out and lse."""
+
+    def run_forward(ctx, q, k, v, causal, softmax_scale, return_lse, deterministic):
+        out, lse = _direct_forward(st, "hopattn_forward", "hopattn forward", q, k, v, causal, softmax_scale, True)
+        ctx.save_for_backward(q, k, v, out, lse)  # the backward recomputes P from lse
+        ctx.hopattn_args = (causal, softmax_scale, deterministic)
+        return out, lse, return_lse
+
+    def run_backward(ctx, dout):
         q, k, v, out, lse = ctx.saved_tensors
         causal, softmax_scale, deterministic = ctx.hopattn_args
         if torch.compiler.is_compiling():  # compiled autograd traces this: the op is traceable
@@ -466,37 +509,7 @@ def _make_direct_function(torch, st):
             dq, dk, dv = _direct_backward(st, q, k, v, out, dout, lse, causal, softmax_scale, deterministic)
         return dq, dk, dv, None, None, None, None
 
-    # With create_graph=True the gradients would carry no history (ctypes): once_differentiable
-    # makes a double backward raise instead, as hopattn::bwd (no autograd of its own) does. Its
-    # no_grad context costs a few µs, so a plain backward (grad mode off) skips it.
-    backward_once = once_differentiable(backward_impl)
-
-    class HopattnAttentionFunction(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, q, k, v, causal, softmax_scale, return_lse, deterministic):
-            out, lse = _direct_forward(st, "hopattn_forward", "hopattn forward", q, k, v, causal, softmax_scale, True)
-            # Only the inputs and the two outputs are kept: the backward recomputes P from lse.
-            ctx.save_for_backward(q, k, v, out, lse)
-            ctx.hopattn_args = (causal, softmax_scale, deterministic)
-            ctx.set_materialize_grads(False)  # no zero-filled gradient for lse
-            if return_lse:
-                ctx.mark_non_differentiable(lse)
-                return out, lse
-            return out
-
-        @staticmethod
-        def backward(ctx, dout, *unused_dlse):
-            if st.is_grad_enabled():
-                return backward_once(ctx, dout, *unused_dlse)
-            return backward_impl(ctx, dout, *unused_dlse)
-
-    # Function.apply's Python layer binds setup_context arguments and handles functorch
-    # transforms; this Function has no setup_context and the direct path never runs under a
-    # transform, so the C apply underneath it is called directly (several µs less per call).
-    base_apply = getattr(getattr(torch._C, "_FunctionBase", None), "__dict__", {}).get("apply")
-    if base_apply is not None and hasattr(base_apply, "__get__"):
-        return base_apply.__get__(None, HopattnAttentionFunction)
-    return HopattnAttentionFunction.apply
+    return _direct_autograd(torch, st, "HopattnAttentionFunction", run_forward, run_backward, 7)
 
 
 def _torch_ops_module():

@@ -21,6 +21,7 @@ from .ops import (
     _check_scale,
     _check_torch_inputs,
     _direct,
+    _direct_autograd,
     _is_numpy_array,
     _numpy_tensor,
     _only_device_modes,
@@ -294,16 +295,20 @@ def _check_dout(dout, q):
 
 
 def _make_direct_function(torch, st):
-    """The torch.autograd.Function of the direct route when a gradient is needed, and the fastest
-    way to apply it (ops._make_direct_function's, for varlen). It saves and recomputes exactly what
-    hopattn::fwd_varlen's registered autograd does: q, k, v, out, lse and the index tensors."""
-    from torch.autograd.function import once_differentiable
-
+    """varlen_attention's autograd on the direct route when a gradient is needed (ops._direct_autograd).
+    It saves and recomputes exactly what hopattn::fwd_varlen's registered autograd does: q, k, v,
+    out, lse and the index tensors."""
     no_grads = (None,) * 11  # cu_seqlens_q ... deterministic: the index tensors and the options
 
-    def backward_impl(ctx, dout, *unused_dlse):
-        if dout is None:  # out took no part in the loss
-            return (None, None, None, *no_grads)
+    def run_forward(ctx, q, k, v, cu_q, cu_k, max_q, max_k, used_q, used_k, causal, softmax_scale, return_lse,
+                    check_index_values, deterministic):
+        out, lse = _launch(torch, q, k, v, _index_arrays(cu_q, cu_k, used_q, used_k), max_q, max_k, causal,
+                           softmax_scale, check_index_values, True)
+        ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k, used_q, used_k)  # P is recomputed from lse
+        ctx.hopattn_args = (max_q, max_k, causal, softmax_scale, deterministic)
+        return out, lse, return_lse
+
+    def run_backward(ctx, dout):
         q, k, v, out, lse, cu_q, cu_k, used_q, used_k = ctx.saved_tensors
         max_q, max_k, causal, softmax_scale, deterministic = ctx.hopattn_args
         if torch.compiler.is_compiling():  # compiled autograd traces this: the op is traceable
@@ -314,36 +319,7 @@ def _make_direct_function(torch, st):
                                           max_q, max_k, causal, softmax_scale, deterministic)
         return (dq, dk, dv, *no_grads)
 
-    # With create_graph=True the gradients would carry no history (ctypes): once_differentiable
-    # makes a double backward raise instead, as hopattn::bwd_varlen (no autograd of its own) does.
-    backward_once = once_differentiable(backward_impl)
-
-    class HopattnVarlenFunction(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, q, k, v, cu_q, cu_k, max_q, max_k, used_q, used_k, causal, softmax_scale, return_lse,
-                    check_index_values, deterministic):
-            out, lse = _launch(torch, q, k, v, _index_arrays(cu_q, cu_k, used_q, used_k), max_q, max_k, causal,
-                               softmax_scale, check_index_values, True)
-            # The inputs, the two outputs and the index tensors: the backward recomputes P from lse.
-            ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k, used_q, used_k)
-            ctx.hopattn_args = (max_q, max_k, causal, softmax_scale, deterministic)
-            ctx.set_materialize_grads(False)  # no zero-filled gradient for lse
-            if return_lse:
-                ctx.mark_non_differentiable(lse)
-                return out, lse
-            return out
-
-        @staticmethod
-        def backward(ctx, dout, *unused_dlse):
-            if st.is_grad_enabled():
-                return backward_once(ctx, dout, *unused_dlse)
-            return backward_impl(ctx, dout, *unused_dlse)
-
-    # As in ops: the C apply underneath Function.apply (no setup_context, never under a transform).
-    base_apply = getattr(getattr(torch._C, "_FunctionBase", None), "__dict__", {}).get("apply")
-    if base_apply is not None and hasattr(base_apply, "__get__"):
-        return base_apply.__get__(None, HopattnVarlenFunction)
-    return HopattnVarlenFunction.apply
+    return _direct_autograd(torch, st, "HopattnVarlenFunction", run_forward, run_backward, 14)
 
 
 _direct_apply = None  # (torch module, apply of _make_direct_function), built on the first gradient
