@@ -6,12 +6,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <limits>
 #include <numeric>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../common/test_util.hpp"
@@ -349,14 +351,18 @@ TEST(VarlenValidation, ValidArgsFillTheProblem) {
   EXPECT_EQ(p.lse, nullptr);
 }
 
-TEST(VarlenValidation, ValueChecksAreCpuOnly) {
-  // The GPU path cannot read device-side cu_seqlens without a copy: shape checks only (the value
-  // checks will be its debug-checks mode). Needs a built sm90 kernel for the dtype/head_dim.
+// The first built kernel's dtype and head_dim: the sm90 checks also require a kernel for them.
+std::pair<DType, int64_t> first_built() {
   const std::string built = build_instantiations();
   const std::string first = built.substr(0, built.find(','));
   const size_t c1 = first.find(':'), c2 = first.rfind(':');
-  const DType dtype = first.substr(c1 + 1, c2 - c1 - 1) == "fp16" ? DType::kFP16 : DType::kBF16;
-  const int64_t d = std::atoll(first.c_str() + c2 + 1);
+  return {first.substr(c1 + 1, c2 - c1 - 1) == "fp16" ? DType::kFP16 : DType::kBF16, std::atoll(first.c_str() + c2 + 1)};
+}
+
+TEST(VarlenValidation, ValueChecksAreCpuOnly) {
+  // The GPU path cannot read device-side cu_seqlens without a copy: shape checks only (the value
+  // checks are its check_index_values mode). Needs a built sm90 kernel for the dtype/head_dim.
+  const auto [dtype, d] = first_built();
   ValidArgs v;
   v.a.q = make_tensor(g_fake_memory, dtype, 12, 4, d);
   v.a.out = make_tensor(g_fake_memory, dtype, 12, 4, d);
@@ -488,6 +494,80 @@ TEST(VarlenValidation, Int32DataRejected) {
 }
 
 // ---- (d) int32 in the fixed-length forward and backward validation ------------------------------
+
+// ---- the GPU entry points' argument checks (they run before any device is needed) ---------------
+
+TEST(VarlenValidation, MaxSeqlenFitsTheKernelsIndices) {
+  const auto [dtype, d] = first_built();
+  ValidArgs v;
+  v.a.q = v.a.out = make_tensor(g_fake_memory, dtype, 12, 4, d);
+  v.a.k = v.a.v = make_tensor(g_fake_memory, dtype, 8, 2, d);
+  VarlenProblem p;
+  ASSERT_TRUE(validate_forward_varlen(v.a, Backend::kSm90, &p).ok());
+  v.a.max_seqlen_q = int64_t(1) << 30;
+  Result r = forward_varlen(v.a);  // rejected before any device is touched
+  EXPECT_EQ(r.status, Status::kInvalidArgument);
+  EXPECT_NE(r.message.find("max_seqlen_q=1073741824 exceeds 2^30-1"), std::string::npos) << r.message;
+  v.a.max_seqlen_q = 6;
+  v.a.max_seqlen_k = int64_t(1) << 31;
+  r = forward_varlen(v.a);
+  EXPECT_NE(r.message.find("max_seqlen_k=2147483648 exceeds"), std::string::npos) << r.message;
+}
+
+// backward_varlen's arguments around the forward's: valid ones of the first built kernel, then each
+// mutation must be rejected (by backward_varlen itself, before it looks for a device) naming the
+// argument, and give a workspace size of 0.
+struct ValidBackwardArgs {
+  ValidArgs fwd;
+  VarlenBackwardArgs a;
+  ValidBackwardArgs() {
+    const auto [dtype, d] = first_built();
+    const TensorRef rows_q = make_tensor(g_fake_memory, dtype, 12, 4, d), rows_k = make_tensor(g_fake_memory, dtype, 8, 2, d);
+    a.q = a.out = a.dout = a.dq = rows_q;
+    a.k = a.v = a.dk = a.dv = rows_k;
+    a.lse = fwd.a.lse;
+    a.cu_seqlens_q = fwd.a.cu_seqlens_q;
+    a.cu_seqlens_k = fwd.a.cu_seqlens_k;
+    a.seqused_q = fwd.a.seqused_q;
+    a.seqused_k = fwd.a.seqused_k;
+    a.max_seqlen_q = fwd.a.max_seqlen_q;
+    a.max_seqlen_k = fwd.a.max_seqlen_k;
+  }
+};
+
+void expect_backward_invalid(const std::function<void(VarlenBackwardArgs&)>& mutate, const std::string& fragment) {
+  ValidBackwardArgs v;
+  mutate(v.a);
+  const Result r = backward_varlen(v.a, g_fake_memory, sizeof(g_fake_memory));
+  EXPECT_EQ(r.status, Status::kInvalidArgument) << r.message;
+  EXPECT_NE(r.message.find(fragment), std::string::npos) << "message \"" << r.message << "\" lacks \"" << fragment << "\"";
+  EXPECT_EQ(backward_varlen_workspace_size(v.a), 0u);
+}
+
+TEST(VarlenBackwardValidation, ValidArgsFillTheProblem) {
+  ValidBackwardArgs v;
+  VarlenProblem fwd;
+  AttnBackwardProblem p;
+  ASSERT_TRUE(validate_backward_varlen(v.a, &fwd, &p).ok());
+  EXPECT_TRUE(p.fwd.varlen());
+  EXPECT_EQ(p.fwd.total_q, 12);
+  EXPECT_EQ(p.fwd.seqlen_q, 6);  // max_seqlen_q
+  EXPECT_EQ(p.dq_stride[0], 0);  // packed: no batch stride
+  EXPECT_EQ(p.dk_stride[1], v.a.dk.strides[0]);
+  EXPECT_GT(backward_varlen_workspace_size(v.a), 0u);
+}
+
+TEST(VarlenBackwardValidation, EachArgumentIsChecked) {
+  expect_backward_invalid([](VarlenBackwardArgs& a) { a.lse = TensorRef{}; }, "lse: required by backward_varlen");
+  expect_backward_invalid([](VarlenBackwardArgs& a) { a.dout.dtype = DType::kFP32; }, "dout: dtype fp32 differs from q's");
+  expect_backward_invalid([](VarlenBackwardArgs& a) { a.dq.sizes[0] = 11; }, "dq.sizes[0]=11 but q.sizes[0]=12");
+  expect_backward_invalid([](VarlenBackwardArgs& a) { a.dk.sizes[1] = 1; }, "dk.sizes[1]=1 but k.sizes[1]=2");
+  expect_backward_invalid([](VarlenBackwardArgs& a) { a.dv.strides[2] = 2; }, "dv: last dim (head_dim) must be contiguous");
+  expect_backward_invalid([](VarlenBackwardArgs& a) { a.dq.data = nullptr; }, "dq.data is null");
+  expect_backward_invalid([](VarlenBackwardArgs& a) { a.cu_seqlens_k.dtype = DType::kFP32; }, "cu_seqlens_k: dtype must be int32");
+  expect_backward_invalid([](VarlenBackwardArgs& a) { a.max_seqlen_k = -1; }, "max_seqlen_k=-1 is negative");
+  expect_backward_invalid([](VarlenBackwardArgs& a) { a.softmax_scale = -1.f; }, "softmax_scale must be finite and > 0");
+}
 
 TEST(Int32DType, NameAndSize) {
   EXPECT_STREQ(dtype_name(DType::kInt32), "int32");
