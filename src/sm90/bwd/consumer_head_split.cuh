@@ -160,7 +160,7 @@ __device__ __forceinline__ void consume_head_split(const typename BwdKernel<Cfg>
         cutlass::arch::fence_view_async_shared();  // staged dQ visible to the bulk copy (async proxy)
         cutlass::arch::NamedBarrier::sync(128, barrier_id(BwdBarrier::kdQStagedWG0) + wg);
         const int64_t tile = K::dq_tile(params, si, head, m);
-        int* sem = params.semaphore + tile * (kBlockM / kQueryBlock);  // counters are per kQueryBlock rows
+        int* sem = K::dq_semaphore(params, tile);
         if (wg_thread == 0) {
           float* dq = params.dq_accum + tile * Mainloop::kdQElems + wg * 2 * Mainloop::kdQChunkElems;
           if (params.deterministic) wait_turn(sem, K::dq_turn(params, blk, si, m));

@@ -126,7 +126,7 @@ __device__ __forceinline__ void consume_key_split(const typename BwdKernel<Cfg>:
         if (thread_idx == 0) {
           const int64_t tile = K::dq_tile(params, si, head, m);
           float* dq = params.dq_accum + tile * Mainloop::kdQElems;
-          int* sem = params.semaphore + tile * (kBlockM / kQueryBlock);  // counters are per kQueryBlock rows
+          int* sem = K::dq_semaphore(params, tile);
           if (params.deterministic) wait_turn(sem, K::dq_turn(params, blk, si, m));
           bulk_reduce_add_f32(dq, ss.dq.data(), Mainloop::kdQElems * sizeof(float));
           tma_store_arrive();  // commit the bulk group

@@ -87,6 +87,11 @@ struct BwdKernel {
   __device__ static int64_t dq_tile(const Params& p, const typename Mainloop::SeqInfo& si, int head, int m_block) {
     return (si.row_base + int64_t(head) * p.mainloop.row_layout.head_stride) / Cfg::kBlockM + m_block;
   }
+  // The tile's turn counter. Counters are per kQueryBlock rows, the unit in which the preprocess
+  // zeroes them for each sequence's rows; at d64 (128-row tiles) a tile spans two, the first counts.
+  __device__ static int* dq_semaphore(const Params& p, int64_t tile) {
+    return p.semaphore + tile * (Cfg::kBlockM / kQueryBlock);
+  }
 };
 
 __device__ __forceinline__ int load_acquire(const int* p) {
