@@ -8,6 +8,7 @@ FwdTuning& fwd_tuning() {
   static FwdTuning t = [] {
     FwdTuning f;
     if (const char* v = std::getenv("HOPATTN_WS_SNAKE")) f.snake = std::atoi(v);
+    if (const char* v = std::getenv("HOPATTN_WS_FOLD")) f.fold = std::atoi(v);
     if (const char* v = std::getenv("HOPATTN_BWD_KEY_BLOCKS_INNER")) f.bwd_key_blocks_inner = std::atoi(v);
     return f;
   }();
@@ -20,6 +21,13 @@ FwdTuning& fwd_tuning() {
 bool causal_snake_order(int64_t seqlen_q) {
   const int forced = fwd_tuning().snake;
   return forced < 0 ? seqlen_q >= 4096 : forced != 0;
+}
+
+// Not measured yet: off unless forced (tuning run).
+bool causal_fold_order(int64_t seqlen_q) {
+  (void)seqlen_q;
+  const int forced = fwd_tuning().fold;
+  return forced < 0 ? false : forced != 0;
 }
 
 // Up to 1k keys, N = 128 pads nothing at the grid's powers of two and leaves shared memory for the

@@ -11,12 +11,17 @@ namespace hopattn::heuristics {
 // environment (HOPATTN_WS_SNAKE=0/1); bench/fa3_stages.cu sets the fields directly.
 struct FwdTuning {
   int snake = -1;
+  int fold = -1;                  // HOPATTN_WS_FOLD=0/1
   int bwd_key_blocks_inner = -1;  // HOPATTN_BWD_KEY_BLOCKS_INNER=0/1
 };
 FwdTuning& fwd_tuning();
 
 // Whether the persistent scheduler hands causal tiles out in snake order (see tile_scheduler.hpp).
 bool causal_snake_order(int64_t seqlen_q);
+
+// Whether the persistent scheduler hands causal tiles out in folded units (see tile_scheduler.hpp);
+// it overrides the snake order.
+bool causal_fold_order(int64_t seqlen_q);
 
 // Key tile (keys per pipeline stage) of the d128 non-causal FlashAttention-3 kernel; 0 means the
 // config's default (176).

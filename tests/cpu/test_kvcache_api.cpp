@@ -536,18 +536,18 @@ TEST(KvCachePlan, BlocksPerSm) {
 
 TEST(KvCachePlan, SplitHeuristic) {
   using sm90::decode::choose_num_splits;
-  const int64_t slots = 264;  // 132 SMs x 2 blocks (head_dim 128)
-  // Few (batch, kv head) pairs and a long cache: the fewest splits within 85% of the best wave
-  // efficiency (33 splits fill the wave exactly; 29 fill 88% of it).
-  EXPECT_EQ(choose_num_splits(8, 131072, slots, 0), 29);
-  EXPECT_EQ(choose_num_splits(1, 131072, slots, 0), 109);  // under one wave even at 128 splits
+  const int64_t slots = 132;  // one block per SM (plan_decode)
+  // Few (batch, kv head) pairs and a long cache: the fewest splits within 95% of the best wave
+  // efficiency (16 splits fill 97% of the wave; 15 only 91%).
+  EXPECT_EQ(choose_num_splits(8, 131072, slots, 0), 16);
+  EXPECT_EQ(choose_num_splits(1, 131072, slots, 0), 122);  // under one wave even at 128 splits
   // Never below 256 keys a split.
   EXPECT_EQ(choose_num_splits(8, 1024, slots, 0), 4);
   EXPECT_EQ(choose_num_splits(8, 300, slots, 0), 1);
-  // 80% of a wave already: no split; 200 blocks (76%) take 5 splits (95% of 4 waves).
+  // 80% of a wave already: no split; 100 blocks (76%) take 9 splits (97% of 7 waves).
   EXPECT_EQ(choose_num_splits(512, 131072, slots, 0), 1);
-  EXPECT_EQ(choose_num_splits(212, 131072, slots, 0), 1);
-  EXPECT_EQ(choose_num_splits(200, 131072, slots, 0), 5);
+  EXPECT_EQ(choose_num_splits(106, 131072, slots, 0), 1);
+  EXPECT_EQ(choose_num_splits(100, 131072, slots, 0), 9);
   // Forced counts clamp to the 64-key steps of the capacity and to 128.
   EXPECT_EQ(choose_num_splits(8, 1024, slots, 3), 3);
   EXPECT_EQ(choose_num_splits(8, 100, slots, 64), 2);
@@ -575,15 +575,15 @@ TEST(KvCachePlan, RowTilesBlocksAndWorkspace) {
   // 24 rows per kv head: one 32-row block at head_dim 128.
   EXPECT_EQ(plan.row_tiles, 2);
   EXPECT_EQ(plan.row_blocks, 1);
-  EXPECT_EQ(plan.num_splits, 28);  // 8 blocks a split, 264 slots, at most 8192 / 256 splits
-  EXPECT_EQ(plan.blocks, 8 * 28);
+  EXPECT_EQ(plan.num_splits, 16);  // 8 blocks a split, 132 slots: 128 blocks fill 97% of the wave
+  EXPECT_EQ(plan.blocks, 8 * 16);
   const std::size_t rows = 2 * 32 * 3;
-  EXPECT_EQ(plan.workspace, sm90::decode::align256(28 * rows * 128 * 4) + sm90::decode::align256(28 * rows * 4));
+  EXPECT_EQ(plan.workspace, sm90::decode::align256(16 * rows * 128 * 4) + sm90::decode::align256(16 * rows * 4));
   p.head_dim = 256;  // one 16-row tile per block, one block per SM
   plan = sm90::decode::plan_decode(p, 132);
   EXPECT_EQ(plan.row_tiles, 1);
   EXPECT_EQ(plan.row_blocks, 2);
-  EXPECT_EQ(plan.num_splits, 7);  // 16 blocks a split on 132 slots: 112 blocks fill 85% of the wave
+  EXPECT_EQ(plan.num_splits, 8);  // 16 blocks a split on 132 slots: 128 blocks fill 97% of the wave
   p.num_splits = 1;
   plan = sm90::decode::plan_decode(p, 132);
   EXPECT_EQ(plan.num_splits, 1);

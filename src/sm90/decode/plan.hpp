@@ -31,14 +31,16 @@ inline int blocks_per_sm(int64_t head_dim, int row_tiles) {
 
 // `blocks_per_split`: thread blocks per split (batch * heads_kv * row blocks); `capacity`: keys a
 // sequence can hold (the host does not know cache_seqlens, which live on the device); `slots`:
-// blocks the GPU runs at once (SMs * blocks_per_sm); `requested`: KvCacheArgs::num_splits. A forced
-// count is clamped to the capacity's 64-key steps and kMaxSplits.
+// the wave the split decision fills, one block per SM (plan_decode); `requested`:
+// KvCacheArgs::num_splits. A forced count is clamped to the capacity's 64-key steps and kMaxSplits.
 //
 // The kernel is bound by HBM, and a partly filled last wave leaves most SMs idle while it streams
 // its keys, so the heuristic looks at wave efficiency, (blocks / slots) / ceil(blocks / slots):
 // no split when the unsplit grid fills 80% of a wave already; otherwise the fewest splits (each
-// split costs a partial O per row and the combine) whose efficiency is within 85% of the best
-// count's, never below kMinKeysPerSplit keys a split.
+// split costs a partial O per row, the combine, and one more pipeline fill) whose efficiency is
+// within 95% of the best count's, never below kMinKeysPerSplit keys a split. Time goes as
+// 1 / efficiency, so a looser bound trades kernel time for fewer splits: 85% picked 15 splits
+// where 16 fill the wave (docs/perf-notes.md, "KV-cache decoding v2").
 inline int choose_num_splits(int64_t blocks_per_split, int64_t capacity, int64_t slots, int requested) {
   const int64_t steps = std::max<int64_t>(1, (capacity + kStepKeys - 1) / kStepKeys);
   const int64_t limit = std::min<int64_t>(kMaxSplits, steps);
@@ -54,7 +56,7 @@ inline int choose_num_splits(int64_t blocks_per_split, int64_t capacity, int64_t
   double best = 0;
   for (int64_t s = 1; s <= most; ++s) best = std::max(best, efficiency(s));
   for (int64_t s = 1; s <= most; ++s)
-    if (efficiency(s) >= 0.85 * best) return static_cast<int>(s);
+    if (efficiency(s) >= 0.95 * best) return static_cast<int>(s);
   return 1;
 }
 
@@ -75,7 +77,10 @@ inline DecodePlan plan_decode(const KvCacheProblem& p, int num_sms) {
   plan.row_tiles = rows > 16 ? max_row_tiles(static_cast<int>(p.head_dim)) : 1;
   plan.row_blocks = (rows + 16 * plan.row_tiles - 1) / (16 * plan.row_tiles);
   const int64_t blocks_per_split = p.batch * p.heads_kv * plan.row_blocks;
-  const int64_t slots = static_cast<int64_t>(num_sms) * blocks_per_sm(p.head_dim, plan.row_tiles);
+  // One block per SM, although shared memory fits up to blocks_per_sm: at batch 1, 32 splits of
+  // two resident blocks per SM measured 9-10% slower than 16 splits of one (perf-notes, decode
+  // v1): each block streams too few keys to amortise its pipeline fill.
+  const int64_t slots = num_sms;
   plan.num_splits = choose_num_splits(blocks_per_split, p.capacity, slots, p.num_splits);
   plan.blocks = blocks_per_split * plan.num_splits;
   plan.workspace = workspace_bytes(p.batch * p.heads_q * p.seqlen_q, p.head_dim, plan.num_splits);

@@ -28,10 +28,15 @@ cudaError_t launch_ws_config(const Problem& prob, const AttnProblem& pr, cudaStr
   params.mainloop = K::Mainloop::make_params(prob);
   params.epilogue = K::Epilogue::make_params(pr);
   const int64_t num_m_blocks = (pr.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM;
-  // Half the int range: the scheduler computes indices up to num_tiles + 2 * grid.
-  if (num_m_blocks * pr.heads_q * pr.batch > INT_MAX / 2) return cudaErrorInvalidConfiguration;
+  // A quarter of the int range: the scheduler computes indices up to num_tiles + 2 * grid, or
+  // 2 * (num_units + grid) folded (num_units <= num_tiles).
+  if (num_m_blocks * pr.heads_q * pr.batch > INT_MAX / 4) return cudaErrorInvalidConfiguration;
   params.order = {int(num_m_blocks), int(pr.heads_q), int(pr.batch), false};
-  if constexpr (Cfg::kCausalMask) params.order.snake = heuristics::causal_snake_order(pr.seqlen_q);
+  if constexpr (Cfg::kCausalMask) {
+    params.order.snake = heuristics::causal_snake_order(pr.seqlen_q);
+    // Varlen tiles past a sequence's end are skipped, so folded units would not cost the same.
+    params.order.fold = Cfg::kPersistent && !Cfg::kVarlen && heuristics::causal_fold_order(pr.seqlen_q);
+  }
 
   int grid = params.order.num_tiles();
   if constexpr (Cfg::kPersistent) {

@@ -89,8 +89,9 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
     // memory), so no warpgroup can run ahead through them and arrive twice on one barrier phase.
     bool pending = false;
     int k = 0;
-    for (int idx = sched.first(); sched.valid(idx); ++k) {
+    for (int idx = sched.first(); sched.valid(idx); idx = sched.next(k), ++k) {
       const WorkTile t = sched.tile(idx);
+      if (t.m_block < 0) continue;  // the empty half of a folded unit (tile_scheduler.hpp)
       const typename Mainloop::SeqInfo si = Mainloop::seq_info(mp, t.batch);
       const typename Mainloop::Mask mask{si.seqlen_q, si.seqlen_k};
       const int n_end = Mainloop::keyed_blocks(mask, si, t.m_block);
@@ -128,7 +129,6 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
         }
         __syncwarp();
       }
-      idx = sched.next(k);
     }
     // Take the consumers' release of the last Q, so no arrival is left pending at exit.
     if (pending) cutlass::arch::NamedBarrier::sync(Cfg::kNumMmaThreads + 32, barrier_id(FwdBarrier::kQueryEmpty));
@@ -150,6 +150,7 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
     int k = 0;
     for (int idx = sched.first(); sched.valid(idx); idx = sched.next(k), ++k) {
       const WorkTile t = sched.tile(idx);
+      if (t.m_block < 0) continue;  // the empty half of a folded unit (tile_scheduler.hpp)
       const typename Mainloop::SeqInfo si = Mainloop::seq_info(mp, t.batch);
       if (Cfg::kVarlen && t.m_block * Cfg::kBlockM >= si.rows_q) continue;  // no rows: see keyed_blocks
       const typename Mainloop::Mask mask{si.seqlen_q, si.seqlen_k};

@@ -18,16 +18,41 @@ struct WorkTile {
 // one GQA group (h = kv * group + g, adjacent) are in flight together and share K/V in L2.
 // (Measured and dropped, docs/perf-notes.md v2: cutting the pairs into L2-sized sections, with a
 // static or a dynamic atomic-counter scheduler; L2 hits rose, speed did not.)
+//
+// Causal, folded (`fold`, persistent only): tiles come in units of two, query blocks u and
+// nb-1-u of one (batch, head), run by one CTA back to back. Every unit then costs nb+1 key blocks,
+// so a plain round-robin over units balances without ordering by length, and units run with u
+// fastest: the ~#SMs units in flight cover only ~#SMs / (nb/2) (batch, head) pairs, whose K/V stay
+// in L2. The longest-first order instead walks every pair once per round, re-reading K/V from HBM
+// when they exceed L2 (2.6-4.3x the minimum DRAM bytes at 1k-2k, docs/perf-notes.md). Work index
+// 2 * unit + half; an odd nb's middle unit has one tile, its second half maps to m_block = -1,
+// which every role skips.
 template <bool kCausal>
 struct TileOrder {
   int num_m_blocks, heads, batch;
   bool snake;  // persistent round-robin alternates direction (kBitSnake builds only)
+  bool fold = false;  // causal, persistent: folded units (above); overrides snake
 
   __host__ __device__ int num_tiles() const { return num_m_blocks * heads * batch; }
+  __host__ __device__ int units_per_head() const { return (num_m_blocks + 1) / 2; }
+  __host__ __device__ int num_units() const { return units_per_head() * heads * batch; }
+  // One past the last work index: tiles, or 2 * units when folded.
+  __host__ __device__ int num_indices() const { return (kCausal && fold) ? 2 * num_units() : num_tiles(); }
 
   __device__ WorkTile tile(int idx) const {
     WorkTile t;
     if constexpr (kCausal) {
+      if (fold) {
+        const int half = idx & 1, upb = units_per_head();
+        int unit = idx >> 1;
+        const int u = unit % upb;
+        unit /= upb;
+        t.head = unit % heads;
+        t.batch = unit / heads;
+        const int m_long = num_m_blocks - 1 - u;
+        t.m_block = half == 0 ? m_long : (u == m_long ? -1 : u);
+        return t;
+      }
       t.head = idx % heads;
       idx /= heads;
       t.batch = idx % batch;
@@ -45,20 +70,21 @@ struct TileOrder {
 // Static scheduler: CTA b takes tiles b, b + G, ... (persistent, G = gridDim.x) or just tile b.
 // With kSnake (and order.snake) the round-robin reverses every round: round r gives CTA b the tile
 // r*G + b for even r, r*G + G-1-b for odd r, so a CTA that drew a round's longest causal tile draws
-// the next round's shortest. Every warp of a CTA computes the same sequence without communicating:
-// first(), then next(k) for the index after the CTA's k-th tile (k from 0).
+// the next round's shortest. Folded causal order: CTA b takes both halves of units b, b + G, ...
+// Every warp of a CTA computes the same sequence without communicating: first(), then next(k) for
+// the index after the CTA's k-th item (k from 0). An item's tile may be empty (m_block < 0).
 template <bool kCausal, bool kPersistent, bool kSnake = false>
 struct StaticTileScheduler {
   TileOrder<kCausal> order;
 
-  __device__ int first() const { return static_cast<int>(blockIdx.x); }
-  __device__ bool valid(int idx) const { return idx < order.num_tiles(); }
+  __device__ int first() const { return index_of(0); }
+  __device__ bool valid(int idx) const { return idx < order.num_indices(); }
   __device__ WorkTile tile(int idx) const { return order.tile(idx); }
   __device__ int next(int k) const { return index_of(k + 1); }
 
-  // One CTA per tile, or one per SM (never more CTAs than tiles).
+  // One CTA per tile, or one per SM (never more CTAs than work items: tiles, or folded units).
   static int grid_size(const TileOrder<kCausal>& o, int num_sms) {
-    const int n = o.num_tiles();
+    const int n = (kCausal && kPersistent && o.fold) ? o.num_units() : o.num_tiles();
     return kPersistent ? (n < num_sms ? n : num_sms) : n;
   }
 
@@ -67,6 +93,9 @@ struct StaticTileScheduler {
   __device__ int index_of(int r) const {
     if constexpr (!kPersistent) return r == 0 ? static_cast<int>(blockIdx.x) : order.num_tiles();
     const int g = static_cast<int>(gridDim.x), b = static_cast<int>(blockIdx.x);
+    if constexpr (kCausal) {
+      if (order.fold) return 2 * ((r >> 1) * g + b) + (r & 1);  // < 2 * (num_units + g) <= INT_MAX
+    }
     return r * g + ((kSnake && order.snake && (r & 1)) ? g - 1 - b : b);  // < num_tiles + 2g <= INT_MAX
   }
 };
