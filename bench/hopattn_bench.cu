@@ -1,7 +1,9 @@
 // hopattn-bench: times hopattn::forward with CUDA events (median of many runs after warm-up),
 // rotating among enough input sets that L2 (60 MB on H200) cannot flatter the numbers.
 // Usage: hopattn-bench [--batch B --seqlen S --seqlen-k SK --heads H --heads-kv HKV --hdim D
-//                       --causal 0|1 --dtype bf16|fp16 --iters N --fp8] | [--paper-grid]
+//                       --causal 0|1 --window-left L --window-right R --dtype bf16|fp16 --iters N --fp8]
+//                      | [--paper-grid]
+// TFLOP/s: 4*b*h*sq*sk*d (halved when causal); with a window, 4*d per (query, key) pair a row sees.
 // --fp8 times, per shape, the FP8 attention kernel alone (e4m3 inputs and V^T already in place),
 // forward_fp8 (plus its V re-layout), attention_fp8 from 16-bit inputs (plus rotate-and-quantise),
 // and the 16-bit forward, all with the same input rotation.
@@ -22,7 +24,22 @@ struct Shape {
   int64_t batch = 4, seqlen_q = 4096, seqlen_k = 4096, heads = 16, heads_kv = 16, hdim = 128;
   bool causal = false;
   hopattn::DType dtype = hopattn::DType::kBF16;
+  hopattn::Window window{};
 };
+
+// FLOPs: tools::attention_flops' figure, or with a window 4 * d per (query, key) pair a row sees,
+// so a windowed run counts what it computes.
+double counted_flops(const Shape& s) {
+  if (s.window.left < 0 && s.window.right < 0)
+    return tools::attention_flops(s.batch, s.heads, s.seqlen_q, s.seqlen_k, s.hdim, s.causal);
+  const int64_t right = s.causal ? 0 : s.window.right;
+  double pairs = 0;
+  for (int64_t i = 0; i < s.seqlen_q; ++i) {
+    const hopattn::KeyRange kr = hopattn::visible_keys(i, s.seqlen_q, s.seqlen_k, s.window.left, right);
+    pairs += double(std::max<int64_t>(0, kr.end - kr.begin));
+  }
+  return 4.0 * double(s.batch * s.heads) * pairs * double(s.hdim);
+}
 
 // What one timed call runs (see the usage note).
 enum class Mode { kForward, kFp8Kernel, kForwardFp8, kAttentionFp8 };
@@ -55,6 +72,7 @@ Timing time_forward(const Shape& s, int iters, Mode mode = Mode::kForward) {
     args[i].out = make_tensor(o->ptr, s.dtype, s.batch, s.seqlen_q, s.heads, s.hdim);
     args[i].lse = make_tensor(l->ptr, DType::kFP32, s.batch, s.heads, s.seqlen_q);
     args[i].causal = s.causal;
+    args[i].window = s.window;
     for (auto* b : {&q, &k, &v, &o, &l}) bufs.push_back(std::move(*b));
   }
 
@@ -148,7 +166,7 @@ Timing time_forward(const Shape& s, int iters, Mode mode = Mode::kForward) {
   for (auto& e : ev) cudaEventDestroy(e);
   std::nth_element(ms.begin(), ms.begin() + iters / 2, ms.end());
   t.median_ms = ms[iters / 2];
-  t.tflops = tools::attention_flops(s.batch, s.heads, s.seqlen_q, s.seqlen_k, s.hdim, s.causal) / (t.median_ms * 1e-3) / 1e12;
+  t.tflops = counted_flops(s) / (t.median_ms * 1e-3) / 1e12;
   t.ok = true;
   return t;
 }
@@ -160,9 +178,10 @@ void print_row(const Shape& s, const Timing& t) {
                 (long long)s.seqlen_k, (long long)s.heads, (long long)s.heads_kv, t.error.c_str());
     return;
   }
-  std::printf("%-5s d=%-3lld causal=%d b=%-3lld sq=%-6lld sk=%-6lld h=%-3lld hkv=%-3lld  %9.3f ms  %7.1f TFLOP/s\n",
+  std::printf("%-5s d=%-3lld causal=%d b=%-3lld sq=%-6lld sk=%-6lld h=%-3lld hkv=%-3lld win=(%lld,%lld)  %9.3f ms  %7.1f TFLOP/s\n",
               hopattn::dtype_name(s.dtype), (long long)s.hdim, s.causal, (long long)s.batch, (long long)s.seqlen_q,
-              (long long)s.seqlen_k, (long long)s.heads, (long long)s.heads_kv, t.median_ms, t.tflops);
+              (long long)s.seqlen_k, (long long)s.heads, (long long)s.heads_kv, (long long)s.window.left,
+              (long long)s.window.right, t.median_ms, t.tflops);
 }
 
 int64_t arg_int(int& i, int argc, char** argv) {
@@ -189,6 +208,8 @@ int main(int argc, char** argv) {
     else if (a == "--heads-kv") { s.heads_kv = arg_int(i, argc, argv); heads_kv_set = true; }
     else if (a == "--hdim") s.hdim = arg_int(i, argc, argv);
     else if (a == "--causal") s.causal = arg_int(i, argc, argv) != 0;
+    else if (a == "--window-left") s.window.left = arg_int(i, argc, argv);
+    else if (a == "--window-right") s.window.right = arg_int(i, argc, argv);
     else if (a == "--iters") iters = static_cast<int>(std::max<int64_t>(3, arg_int(i, argc, argv)));
     else if (a == "--dtype" && i + 1 < argc) {
       const std::string d = argv[++i];
@@ -198,7 +219,8 @@ int main(int argc, char** argv) {
     else if (a == "--fp8") fp8 = true;
     else {
       std::fprintf(stderr, "unknown argument %s\nusage: %s [--batch B --seqlen S --seqlen-k SK --heads H "
-                           "--heads-kv HKV --hdim D --causal 0|1 --dtype bf16|fp16 --iters N] | [--paper-grid]\n",
+                           "--heads-kv HKV --hdim D --causal 0|1 --window-left L --window-right R --dtype bf16|fp16 --iters N] | "
+                           "[--paper-grid]\n",
                    a.c_str(), argv[0]);
       return 2;
     }

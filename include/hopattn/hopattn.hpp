@@ -45,6 +45,16 @@ struct TensorRef {
 TensorRef make_tensor(void* data, DType dtype, int64_t d0, int64_t d1, int64_t d2, int64_t d3);
 TensorRef make_tensor(void* data, DType dtype, int64_t d0, int64_t d1, int64_t d2);
 
+// Sliding-window (local) attention, FlashAttention's window_size = (left, right): query row i sees
+// key j iff i + sk - sq - left <= j <= i + sk - sq + right (sq, sk: the sequence's lengths, so the
+// window is bottom-right aligned like causal). -1 leaves that side unbounded; (-1, -1) is full
+// attention. causal is right = 0: with causal set, right must be -1 or 0. A row whose window holds
+// no key gets out = 0 and lse = -inf (and zero gradients). Forward and backward, fixed-length and
+// varlen; not the FP8 or KV-cache calls.
+struct Window {
+  int64_t left = -1, right = -1;
+};
+
 struct ForwardArgs {
   TensorRef q;    // (batch, seqlen_q, heads_q, head_dim)
   TensorRef k;    // (batch, seqlen_k, heads_kv, head_dim); heads_q % heads_kv == 0 (GQA/MQA)
@@ -55,6 +65,7 @@ struct ForwardArgs {
   TensorRef lse;
   bool causal = false;  // bottom-right aligned: query i sees keys j <= i + seqlen_k - seqlen_q
   std::optional<float> softmax_scale;  // default 1/sqrt(head_dim); must be finite and > 0
+  Window window;                       // default: none
 };
 
 struct Result {
@@ -88,6 +99,7 @@ struct BackwardArgs {
   TensorRef dv;       // like v
   bool causal = false;                 // must match the forward call
   std::optional<float> softmax_scale;  // must match the forward call
+  Window window;                       // must match the forward call
   // Bitwise-identical gradients run to run. dk/dv always are; dq is summed over key blocks with
   // fp32 atomics, which this flag orders (at a speed cost, see docs/BENCHMARKS.md).
   bool deterministic = false;
@@ -132,6 +144,7 @@ struct VarlenForwardArgs {
   TensorRef seqused_q, seqused_k;
   bool causal = false;
   std::optional<float> softmax_scale;  // default 1/sqrt(head_dim); must be finite and > 0
+  Window window;                       // per sequence, bottom-right aligned like causal
   // GPU only (forward_varlen): copy cu_seqlens/seqused to the host, synchronising `stream`, and
   // check their values as forward_varlen_cpu does. Off by default because it costs a device-to-host
   // copy and a sync per call; also switched on for every call by the environment variable
@@ -160,6 +173,7 @@ struct VarlenBackwardArgs {
   TensorRef seqused_q, seqused_k;
   bool causal = false;
   std::optional<float> softmax_scale;
+  Window window;                    // must match the forward call
   bool deterministic = false;       // as BackwardArgs
   bool check_index_values = false;  // as VarlenForwardArgs
 };

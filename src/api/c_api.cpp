@@ -46,6 +46,7 @@ int to_args(const hopattn_fwd_args* a, hopattn::ForwardArgs* out) {
   if (a->lse.data != nullptr && !to_tensor(a->lse, "lse", &out->lse)) return HOPATTN_INVALID_ARGUMENT;
   out->causal = a->causal != 0;
   if (a->has_softmax_scale) out->softmax_scale = a->softmax_scale;
+  if (a->has_window) out->window = {a->window_left, a->window_right};
   return HOPATTN_SUCCESS;
 }
 
@@ -65,6 +66,7 @@ int to_args(const hopattn_bwd_args* a, hopattn::BackwardArgs* out) {
   out->causal = a->causal != 0;
   if (a->has_softmax_scale) out->softmax_scale = a->softmax_scale;
   out->deterministic = a->deterministic != 0;
+  if (a->has_window) out->window = {a->window_left, a->window_right};
   return HOPATTN_SUCCESS;
 }
 
@@ -95,6 +97,7 @@ int to_args(const hopattn_varlen_fwd_args* a, hopattn::VarlenForwardArgs* out) {
   out->causal = a->causal != 0;
   if (a->has_softmax_scale) out->softmax_scale = a->softmax_scale;
   out->check_index_values = a->check_index_values != 0;
+  if (a->has_window) out->window = {a->window_left, a->window_right};
   return HOPATTN_SUCCESS;
 }
 
@@ -255,6 +258,7 @@ int to_args(const hopattn_varlen_bwd_args* a, hopattn::VarlenBackwardArgs* out) 
   if (a->has_softmax_scale) out->softmax_scale = a->softmax_scale;
   out->deterministic = a->deterministic != 0;
   out->check_index_values = a->check_index_values != 0;
+  if (a->has_window) out->window = {a->window_left, a->window_right};
   return HOPATTN_SUCCESS;
 }
 

@@ -23,11 +23,13 @@ bool causal_snake_order(int64_t seqlen_q) {
   return forced < 0 ? seqlen_q >= 4096 : forced != 0;
 }
 
-// Not measured yet: off unless forced (tuning run).
-bool causal_fold_order(int64_t seqlen_q) {
-  (void)seqlen_q;
+// Measured on the paper grid (docs/perf-notes.md, v3): with 128-row tiles (d128, d256) folding gains
+// 16-23% at causal 512-2k, 3-6% at 4k, 1-2% at 8k and nothing at 16k; with 192-row tiles (d64) it
+// loses 2-23%: an odd number of query blocks leaves a half-cost unit per head, and with 132 CTAs
+// the same CTAs draw it every round.
+bool causal_fold_order(int block_m) {
   const int forced = fwd_tuning().fold;
-  return forced < 0 ? false : forced != 0;
+  return forced < 0 ? block_m == 128 : forced != 0;
 }
 
 // Up to 1k keys, N = 128 pads nothing at the grid's powers of two and leaves shared memory for the

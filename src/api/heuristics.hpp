@@ -19,9 +19,9 @@ FwdTuning& fwd_tuning();
 // Whether the persistent scheduler hands causal tiles out in snake order (see tile_scheduler.hpp).
 bool causal_snake_order(int64_t seqlen_q);
 
-// Whether the persistent scheduler hands causal tiles out in folded units (see tile_scheduler.hpp);
-// it overrides the snake order.
-bool causal_fold_order(int64_t seqlen_q);
+// Whether the persistent scheduler hands masked (causal, windowed) tiles out in folded units (see
+// tile_scheduler.hpp) for a kernel of block_m query rows per tile; it overrides the snake order.
+bool causal_fold_order(int block_m);
 
 // Key tile (keys per pipeline stage) of the d128 non-causal FlashAttention-3 kernel; 0 means the
 // config's default (176).

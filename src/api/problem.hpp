@@ -22,6 +22,10 @@ struct AttnProblem {
   DType dtype = DType::kBF16;
   bool causal = false;
   float scale = 1.f;  // softmax scale applied to q.k
+  // Window, normalised by validation: -1 (unbounded) or >= 0 on each side, and causal sets
+  // window_right = 0. So masked() covers causal and every window: those problems run the
+  // masked-kernel instantiations with the bounds as run-time values.
+  int64_t window_left = -1, window_right = -1;
 
   const void* q = nullptr;
   const void* k = nullptr;
@@ -48,7 +52,21 @@ struct AttnProblem {
   HOPATTN_HOST_DEVICE int64_t group() const { return heads_q / heads_kv; }  // query heads sharing one K/V head
   HOPATTN_HOST_DEVICE bool empty() const { return batch == 0 || seqlen_q == 0 || heads_q == 0; }
   HOPATTN_HOST_DEVICE bool varlen() const { return cu_seqlens_q != nullptr; }
+  HOPATTN_HOST_DEVICE bool masked() const { return window_left >= 0 || window_right >= 0; }
 };
+
+// The keys [begin, end) that query row i of a sequence with sq queries and sk keys sees, under the
+// normalised window (left, right) of AttnProblem: i + sk - sq - left <= j <= i + sk - sq + right,
+// within [0, sk). Possibly empty (end <= begin). The references' arithmetic (host and device).
+struct KeyRange {
+  int64_t begin, end;
+};
+HOPATTN_HOST_DEVICE inline KeyRange visible_keys(int64_t i, int64_t sq, int64_t sk, int64_t left, int64_t right) {
+  const int64_t diag = i + sk - sq;
+  const int64_t begin = left < 0 ? 0 : (diag - left > 0 ? diag - left : 0);
+  const int64_t end = right < 0 ? sk : (diag + right + 1 < sk ? diag + right + 1 : sk);
+  return {begin, end};
+}
 
 // The validated backward problem: the forward problem's q, k, v, out, lse (and its causal/scale/GQA
 // shape), plus dout like out and dq/dk/dv like q/k/v, each with (batch, seq, head) strides and a
@@ -103,6 +121,10 @@ inline bool tensor_absent(const TensorRef& t) {
   return true;
 }
 
+// The window checks of every entry point that takes one: left and right >= -1, and with causal
+// right -1 or 0. On success stores the normalised bounds (-1 or >= 0; causal: right = 0).
+Result normalise_window(const Window& w, bool causal, int64_t* left, int64_t* right);
+
 // Checks every argument; on success fills *problem. Messages name the argument ("q.sizes[3]").
 Result validate_forward(const ForwardArgs& args, Backend backend, AttnProblem* problem);
 
@@ -134,6 +156,7 @@ struct VarlenProblem {
   DType dtype = DType::kBF16;
   bool causal = false;
   float scale = 1.f;
+  int64_t window_left = -1, window_right = -1;  // normalised as AttnProblem's
 
   const void* q = nullptr;
   const void* k = nullptr;

@@ -151,6 +151,10 @@ Result validate_forward(const ForwardArgs& a, Backend backend, AttnProblem* p) {
   if (a.softmax_scale && !(std::isfinite(*a.softmax_scale) && *a.softmax_scale > 0.f))
     return fail(Status::kInvalidArgument, cat("softmax_scale must be finite and > 0, got ", *a.softmax_scale));
   if (d == 0) return fail(Status::kInvalidArgument, "q.sizes[3] (head_dim) is 0");
+  int64_t window_left = -1, window_right = -1;
+  if (Result r = normalise_window(a.window, a.causal, &window_left, &window_right); !r.ok()) return r;
+  if (fp8 && (a.window.left >= 0 || a.window.right >= 0))
+    return fail(Status::kUnsupported, "window: the FP8 forward has no sliding window yet (only causal)");
   if (backend == Backend::kSm90 && !has_forward_kernel(a.q.dtype, static_cast<int>(d)))
     return fail(Status::kUnsupported, cat("head_dim ", d, " with dtype ", dtype_name(a.q.dtype),
                                           " has no sm90 kernel in this build (built: ", build_instantiation_list(), ")"));
@@ -164,6 +168,7 @@ Result validate_forward(const ForwardArgs& a, Backend backend, AttnProblem* p) {
   p->dtype = fp8 ? a.out.dtype : a.q.dtype;  // FP8: the output's (the kernel's instantiation key)
   p->causal = a.causal;
   p->scale = resolve_softmax_scale(a.softmax_scale, d);
+  p->window_left = window_left; p->window_right = window_right;
   p->q = a.q.data; p->k = a.k.data; p->v = a.v.data; p->out = a.out.data;
   p->lse = static_cast<float*>(a.lse.data);
   for (int i = 0; i < 3; ++i) {
@@ -172,6 +177,16 @@ Result validate_forward(const ForwardArgs& a, Backend backend, AttnProblem* p) {
     p->v_stride[i] = a.v.strides[i];
     p->o_stride[i] = a.out.strides[i];
   }
+  return {};
+}
+
+Result normalise_window(const Window& w, bool causal, int64_t* left, int64_t* right) {
+  if (w.left < -1) return fail(Status::kInvalidArgument, cat("window.left=", w.left, " must be >= 0, or -1 for unbounded"));
+  if (w.right < -1) return fail(Status::kInvalidArgument, cat("window.right=", w.right, " must be >= 0, or -1 for unbounded"));
+  if (causal && w.right > 0)
+    return fail(Status::kInvalidArgument, cat("window.right=", w.right, " with causal: causal is window.right = 0 (pass -1 or 0)"));
+  *left = w.left;
+  *right = causal ? 0 : w.right;
   return {};
 }
 
@@ -189,6 +204,7 @@ Result validate_backward(const BackwardArgs& a, Backend backend, AttnBackwardPro
   f.lse = a.lse;
   f.causal = a.causal;
   f.softmax_scale = a.softmax_scale;
+  f.window = a.window;
   if (backend == Backend::kSm90 && a.out.data == nullptr && a.out.ndim == 0)
     return fail(Status::kInvalidArgument, "out: required by backward on the GPU (the forward output); out.data is null");
   const bool no_out = backend == Backend::kCpu && tensor_absent(a.out);

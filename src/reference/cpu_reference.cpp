@@ -99,11 +99,12 @@ void load_kv_head(const AttnProblem& p, int64_t b, int64_t kv_head, std::vector<
   }
 }
 
-// Scores scale * q . k_j of one query row over its visible keys into s; returns their max.
-double row_scores(const std::vector<double>& q, const std::vector<double>& k, int64_t visible, int64_t d,
+// Scores scale * q . k_j of one query row over its visible keys [kr.begin, kr.end) into s; returns
+// their max.
+double row_scores(const std::vector<double>& q, const std::vector<double>& k, KeyRange kr, int64_t d,
                   double scale, std::vector<double>& s) {
   double max_score = -HUGE_VAL;
-  for (int64_t j = 0; j < visible; ++j) {
+  for (int64_t j = kr.begin; j < kr.end; ++j) {
     double dot = 0;
     for (int64_t c = 0; c < d; ++c) dot += q[c] * k[j * d + c];
     s[j] = scale * dot;
@@ -123,21 +124,21 @@ void attend_kv_head(const AttnProblem& p, int64_t b, int64_t kv_head, int64_t ls
   std::vector<double> q(static_cast<size_t>(d)), o(static_cast<size_t>(d)), s(static_cast<size_t>(sk));
   for (int64_t h = kv_head * p.group(); h < (kv_head + 1) * p.group(); ++h) {
     for (int64_t i = 0; i < p.seqlen_q; ++i) {
-      // Bottom-right causal: query i sees keys j <= i + sk - sq; the visible keys are a prefix.
-      const int64_t visible = p.causal ? std::clamp<int64_t>(i + sk - p.seqlen_q + 1, 0, sk) : sk;
+      // Bottom-right aligned window (causal: keys j <= i + sk - sq): a contiguous range of keys.
+      const KeyRange kr = visible_keys(i, p.seqlen_q, sk, p.window_left, p.window_right);
       const int64_t q_row = b * p.q_stride[0] + i * p.q_stride[1] + h * p.q_stride[2];
       const int64_t o_row = b * p.o_stride[0] + i * p.o_stride[1] + h * p.o_stride[2];
       float* lse = p.lse ? p.lse + (b * p.heads_q + h) * lse_head_stride + i : nullptr;
-      if (visible == 0) {  // no key: define the row as 0 with lse -inf rather than 0/0
+      if (kr.end <= kr.begin) {  // no key: define the row as 0 with lse -inf rather than 0/0
         for (int64_t c = 0; c < d; ++c) store_element(p.out, o_row + c, p.dtype, 0.0);
         if (lse) *lse = -std::numeric_limits<float>::infinity();
         continue;
       }
       for (int64_t c = 0; c < d; ++c) q[c] = load_element(p.q, q_row + c, p.dtype);
-      const double max_score = row_scores(q, k, visible, d, scale, s);
+      const double max_score = row_scores(q, k, kr, d, scale, s);
       double sum = 0;
       std::fill(o.begin(), o.end(), 0.0);
-      for (int64_t j = 0; j < visible; ++j) {
+      for (int64_t j = kr.begin; j < kr.end; ++j) {
         const double w = std::exp(s[j] - max_score);  // <= 1, and 1 at the max: sum >= 1
         sum += w;
         for (int64_t c = 0; c < d; ++c) o[c] += w * v[j * d + c];
@@ -161,27 +162,27 @@ void backward_kv_head(const AttnBackwardProblem& bp, int64_t b, int64_t kv_head)
       dq(static_cast<size_t>(d)), prob(static_cast<size_t>(sk));
   for (int64_t h = kv_head * p.group(); h < (kv_head + 1) * p.group(); ++h) {
     for (int64_t i = 0; i < p.seqlen_q; ++i) {
-      const int64_t visible = p.causal ? std::clamp<int64_t>(i + sk - p.seqlen_q + 1, 0, sk) : sk;
+      const KeyRange kr = visible_keys(i, p.seqlen_q, sk, p.window_left, p.window_right);
       const int64_t q_row = b * p.q_stride[0] + i * p.q_stride[1] + h * p.q_stride[2];
       const int64_t do_row = b * bp.do_stride[0] + i * bp.do_stride[1] + h * bp.do_stride[2];
       const int64_t dq_row = b * bp.dq_stride[0] + i * bp.dq_stride[1] + h * bp.dq_stride[2];
       std::fill(dq.begin(), dq.end(), 0.0);
-      if (visible > 0) {
+      if (kr.end > kr.begin) {
         for (int64_t c = 0; c < d; ++c) {
           q[c] = load_element(p.q, q_row + c, p.dtype);
           dout[c] = load_element(bp.dout, do_row + c, p.dtype);
         }
-        const double max_score = row_scores(q, k, visible, d, scale, prob);
+        const double max_score = row_scores(q, k, kr, d, scale, prob);
         double sum = 0;
-        for (int64_t j = 0; j < visible; ++j) sum += (prob[j] = std::exp(prob[j] - max_score));
+        for (int64_t j = kr.begin; j < kr.end; ++j) sum += (prob[j] = std::exp(prob[j] - max_score));
         std::fill(o.begin(), o.end(), 0.0);
-        for (int64_t j = 0; j < visible; ++j) {
+        for (int64_t j = kr.begin; j < kr.end; ++j) {
           prob[j] /= sum;
           for (int64_t c = 0; c < d; ++c) o[c] += prob[j] * v[j * d + c];
         }
         double delta = 0;  // D_i = dout_i . out_i
         for (int64_t c = 0; c < d; ++c) delta += dout[c] * o[c];
-        for (int64_t j = 0; j < visible; ++j) {
+        for (int64_t j = kr.begin; j < kr.end; ++j) {
           double dp = 0;
           for (int64_t c = 0; c < d; ++c) dp += dout[c] * v[j * d + c];
           const double ds = prob[j] * (dp - delta);
@@ -254,6 +255,8 @@ void forward_varlen_cpu(const VarlenProblem& p) {
     s.dtype = p.dtype;
     s.causal = p.causal;
     s.scale = p.scale;
+    s.window_left = p.window_left;
+    s.window_right = p.window_right;
     s.q = static_cast<const uint8_t*>(p.q) + start_q * p.q_stride[0] * elem;
     s.k = static_cast<const uint8_t*>(p.k) + start_k * p.k_stride[0] * elem;
     s.v = static_cast<const uint8_t*>(p.v) + start_k * p.v_stride[0] * elem;

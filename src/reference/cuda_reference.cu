@@ -70,11 +70,11 @@ __global__ void __launch_bounds__(kThreads) reference_forward_kernel(AttnProblem
     const int64_t h = (row / p.seqlen_q) % p.heads_q;
     const int64_t b = row / (p.seqlen_q * p.heads_q);
     const int64_t kv_head = h / (p.heads_q / p.heads_kv);  // GQA: AttnProblem::group() is host-only
-    // Bottom-right causal: query i sees keys j <= i + sk - sq, a prefix of length `visible`.
-    const int64_t visible =
-        p.causal ? min(max(i + p.seqlen_k - p.seqlen_q + 1, int64_t{0}), p.seqlen_k) : p.seqlen_k;
-    const T* k_head = k + b * p.k_stride[0] + kv_head * p.k_stride[2];
-    const T* v_head = v + b * p.v_stride[0] + kv_head * p.v_stride[2];
+    // Bottom-right aligned window (causal: keys j <= i + sk - sq): keys [kr.begin, kr.end).
+    const KeyRange kr = visible_keys(i, p.seqlen_q, p.seqlen_k, p.window_left, p.window_right);
+    const int64_t visible = kr.end > kr.begin ? kr.end - kr.begin : 0;
+    const T* k_head = k + b * p.k_stride[0] + kr.begin * p.k_stride[1] + kv_head * p.k_stride[2];
+    const T* v_head = v + b * p.v_stride[0] + kr.begin * p.v_stride[1] + kv_head * p.v_stride[2];
     T* o_row = out + b * p.o_stride[0] + i * p.o_stride[1] + h * p.o_stride[2];
 
     __syncthreads();  // the previous row's readers of q_row are done

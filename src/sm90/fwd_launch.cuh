@@ -66,8 +66,10 @@ cudaError_t run_fwd_mma(const AttnProblem& pr, cudaStream_t stream) {
 
 template <DType kDType, int kHeadDim>
 cudaError_t run_fwd(const AttnProblem& pr, cudaStream_t stream) {
-  // Packed (varlen) batches exist only in the warp-specialised kernel: no fallback.
-  if (pr.varlen()) return ws::run_fwd_ws<kDType, kHeadDim>(pr, stream);
+  // Packed (varlen) batches and sliding windows exist only in the warp-specialised kernel: no
+  // fallback (the mma kernel's mask is causal or nothing).
+  if (pr.varlen() || pr.window_left >= 0 || (pr.window_right >= 0 && !pr.causal))
+    return ws::run_fwd_ws<kDType, kHeadDim>(pr, stream);
   if (forward_kernel_family() == FwdKernelFamily::kWarpSpecialized) {
     const cudaError_t e = ws::run_fwd_ws<kDType, kHeadDim>(pr, stream);
     if (e != cudaErrorNotSupported) return e;

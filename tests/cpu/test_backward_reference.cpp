@@ -18,6 +18,7 @@ namespace {
 struct Shape {
   int64_t b, sq, sk, hq, hkv, d;
   bool causal;
+  int64_t window_left = -1, window_right = -1;  // normalised (causal: right 0)
 };
 
 void set_contiguous(int64_t (&stride)[3], int64_t s, int64_t h, int64_t d) {
@@ -33,6 +34,8 @@ AttnProblem make_problem(const Shape& sh, const std::vector<float>& q, const std
   p.batch = sh.b, p.seqlen_q = sh.sq, p.seqlen_k = sh.sk, p.heads_q = sh.hq, p.heads_kv = sh.hkv, p.head_dim = sh.d;
   p.dtype = DType::kFP32;
   p.causal = sh.causal;
+  p.window_left = sh.window_left;
+  p.window_right = sh.causal ? 0 : sh.window_right;
   p.scale = 0.7f;
   p.q = q.data(), p.k = k.data(), p.v = v.data();
   set_contiguous(p.q_stride, sh.sq, sh.hq, sh.d);
@@ -106,11 +109,17 @@ TEST_P(BackwardReference, MatchesFiniteDifferences) {
 
 INSTANTIATE_TEST_SUITE_P(Cpu, BackwardReference,
                          ::testing::Values(Shape{2, 5, 7, 4, 2, 8, false}, Shape{1, 6, 6, 2, 2, 8, true},
-                                           Shape{2, 9, 4, 4, 1, 8, true}, Shape{1, 3, 11, 3, 1, 16, true}),
+                                           Shape{2, 9, 4, 4, 1, 8, true}, Shape{1, 3, 11, 3, 1, 16, true},
+                                           // Sliding windows: both sides, left only with causal, right only.
+                                           Shape{1, 9, 12, 2, 1, 8, false, 2, 1}, Shape{2, 8, 8, 2, 2, 8, true, 3, 0},
+                                           Shape{1, 10, 6, 2, 1, 8, false, -1, 0}),
                          [](const ::testing::TestParamInfo<Shape>& info) {
                            const Shape& s = info.param;
+                           std::string w;
+                           if (s.window_left >= 0 || s.window_right >= 0)
+                             w = "_w" + std::to_string(s.window_left + 1) + "_" + std::to_string(s.window_right + 1);
                            return "q" + std::to_string(s.sq) + "_k" + std::to_string(s.sk) + "_h" +
-                                  std::to_string(s.hq) + "x" + std::to_string(s.hkv) + (s.causal ? "_causal" : "_full");
+                                  std::to_string(s.hq) + "x" + std::to_string(s.hkv) + (s.causal ? "_causal" : "_full") + w;
                          });
 
 }  // namespace

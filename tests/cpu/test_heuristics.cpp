@@ -32,6 +32,20 @@ TEST(Heuristics, SnakeOverrideWins) {
   t = saved;
 }
 
+// Folded causal order: on for 128-row tiles (d128, d256), off for d64's 192-row tiles, unless forced.
+TEST(Heuristics, FoldOrderByTileRowsAndOverride) {
+  FwdTuning& t = fwd_tuning();
+  const FwdTuning saved = t;
+  t.fold = -1;
+  EXPECT_TRUE(causal_fold_order(128));
+  EXPECT_FALSE(causal_fold_order(192));
+  t.fold = 0;
+  EXPECT_FALSE(causal_fold_order(128));
+  t.fold = 1;
+  EXPECT_TRUE(causal_fold_order(192));
+  t = saved;
+}
+
 // Backward causal launch order: key blocks of one head side by side unless overridden (measured
 // +33% at d128 causal 2k against longest-first across heads: docs/perf-notes.md, backward v3).
 TEST(Heuristics, BackwardCausalOrderDefaultAndOverride) {

@@ -41,7 +41,7 @@ Inputs random_inputs(const Shape& s, DType t, uint64_t seed, float range = 1.f) 
 }
 
 // softmax(scale * Q K^T + mask) V for each (batch, head) with the full score matrix materialised.
-Expected naive_attention(const Shape& s, const Inputs& in, bool causal, double scale) {
+Expected naive_attention(const Shape& s, const Inputs& in, bool causal, double scale, Window w = {}) {
   const int64_t sq = s.seqlen_q, sk = s.seqlen_k, d = s.head_dim;
   Expected e;
   e.out.assign(size_t(s.batch * sq * s.heads_q * d), 0.0);
@@ -59,7 +59,9 @@ Expected naive_attention(const Shape& s, const Inputs& in, bool causal, double s
           double dot = 0;
           for (int64_t c = 0; c < d; ++c) dot += at(in.q, sq, s.heads_q, b, i, h, c) * at(in.k, sk, s.heads_kv, b, j, hk, c);
           scores[size_t(i * sk + j)] = scale * dot;
-          allowed[size_t(i * sk + j)] = !causal || j <= i + sk - sq;
+          const int64_t diag = i + sk - sq;  // bottom-right aligned
+          allowed[size_t(i * sk + j)] = (!causal || j <= diag) && (w.left < 0 || j >= diag - w.left) &&
+                                        (w.right < 0 || j <= diag + w.right);
         }
       for (int64_t i = 0; i < sq; ++i) {
         double mx = -INFINITY;
@@ -108,7 +110,7 @@ struct CaseResult {
 
 // Runs forward_cpu on contiguous tensors holding `in`; out is poisoned (NaN) beforehand.
 CaseResult run_contiguous(const Shape& s, DType t, const Inputs& in, bool causal, std::optional<float> scale,
-                          bool with_lse = true) {
+                          bool with_lse = true, Window window = {}) {
   std::vector<uint8_t> q = encode(in.q, t), k = encode(in.k, t), v = encode(in.v, t);
   std::vector<uint8_t> out(size_t(s.batch * s.seqlen_q * s.heads_q * s.head_dim) * dtype_size(t));
   poison(out);
@@ -121,6 +123,7 @@ CaseResult run_contiguous(const Shape& s, DType t, const Inputs& in, bool causal
   if (with_lse) a.lse = make_tensor(lse.data(), DType::kFP32, s.batch, s.heads_q, s.seqlen_q);
   a.causal = causal;
   a.softmax_scale = scale;
+  a.window = window;
   CaseResult r;
   r.result = forward_cpu(a);
   r.out = decode(out.data(), out.size() / dtype_size(t), t);
@@ -129,16 +132,17 @@ CaseResult run_contiguous(const Shape& s, DType t, const Inputs& in, bool causal
 }
 
 void check_case(const Shape& s, DType t, bool causal, uint64_t seed, std::optional<float> scale = std::nullopt,
-                float input_range = 1.f) {
+                float input_range = 1.f, Window window = {}) {
   SCOPED_TRACE(::testing::Message() << "b=" << s.batch << " sq=" << s.seqlen_q << " sk=" << s.seqlen_k
                                     << " hq=" << s.heads_q << " hkv=" << s.heads_kv << " d=" << s.head_dim
-                                    << " dtype=" << dtype_name(t) << " causal=" << causal);
+                                    << " dtype=" << dtype_name(t) << " causal=" << causal << " window=("
+                                    << window.left << ", " << window.right << ")");
   const Inputs in = random_inputs(s, t, seed, input_range);
-  const CaseResult r = run_contiguous(s, t, in, causal, scale);
+  const CaseResult r = run_contiguous(s, t, in, causal, scale, true, window);
   ASSERT_TRUE(r.result.ok()) << r.result.message;
   // The library resolves the default scale in fp32; use the same value.
   const double used_scale = scale ? *scale : static_cast<float>(1.0 / std::sqrt(double(s.head_dim)));
-  const Expected e = naive_attention(s, in, causal, used_scale);
+  const Expected e = naive_attention(s, in, causal, used_scale, window);
   expect_rounded(r.out, e.out, t, "out");
   expect_rounded(r.lse, e.lse, DType::kFP32, "lse");
 }
@@ -168,6 +172,19 @@ INSTANTIATE_TEST_SUITE_P(All, ReferenceDTypeHeadDim,
                          [](const ::testing::TestParamInfo<DTypeHeadDim>& p) {
                            return std::string(dtype_name(p.param.dtype)) + "_d" + std::to_string(p.param.head_dim);
                          });
+
+// Sliding windows against the naive masked formula: each side alone, both, the diagonal only,
+// causal with a left bound, sq != sk either way (rows with no key: 0 and -inf), wider than the sequence.
+TEST(Reference, SlidingWindows) {
+  const struct { Shape s; bool causal; Window w; } cases[] = {
+      {{2, 23, 23, 2, 1, 32}, false, {0, 0}},   {{1, 23, 31, 2, 2, 32}, false, {4, -1}},
+      {{1, 31, 17, 2, 1, 32}, false, {-1, 3}},  {{2, 20, 29, 4, 2, 16}, false, {5, 2}},
+      {{1, 29, 20, 2, 2, 16}, true, {3, -1}},   {{1, 29, 12, 2, 1, 16}, true, {2, 0}},
+      {{1, 9, 9, 1, 1, 8}, false, {100, 100}},  {{1, 12, 5, 1, 1, 8}, false, {0, 1}},
+  };
+  uint64_t seed = 50;
+  for (const auto& c : cases) check_case(c.s, DType::kBF16, c.causal, seed++, std::nullopt, 1.f, c.w);
+}
 
 TEST(Reference, SingleElement) { check_case({1, 1, 1, 1, 1, 64}, DType::kBF16, false, 1); }
 TEST(Reference, TinyHeadDim) { check_case({2, 5, 7, 2, 2, 1}, DType::kFP32, false, 2); }

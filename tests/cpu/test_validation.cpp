@@ -249,6 +249,56 @@ TEST(Validation, SoftmaxScale) {
   EXPECT_EQ(p.scale, 0.25f);
 }
 
+// Sliding window (issue 6): each bound >= -1; causal is right = 0, so with causal right must be -1
+// or 0; normalised into the problem (-1 unbounded, causal sets right = 0).
+TEST(Validation, Window) {
+  expect_rejected(sm90([](ForwardArgs& a) { a.window = {-2, -1}; }), Status::kInvalidArgument, "window.left=-2");
+  expect_rejected(cpu([](ForwardArgs& a) { a.window = {4, -7}; }), Status::kInvalidArgument, "window.right=-7");
+  expect_rejected(cuda_ref([](ForwardArgs& a) {
+                    a.causal = true;
+                    a.window = {-1, 3};
+                  }),
+                  Status::kInvalidArgument, "window.right=3 with causal");
+  const struct { Window w; bool causal; int64_t left, right; } ok[] = {
+      {{-1, -1}, false, -1, -1}, {{-1, -1}, true, -1, 0}, {{5, -1}, false, 5, -1},
+      {{-1, 0}, true, -1, 0},    {{0, 0}, false, 0, 0},   {{1LL << 40, 3}, false, 1LL << 40, 3}};
+  for (const auto& c : ok) {
+    ForwardArgs a = valid_args();
+    a.window = c.w;
+    a.causal = c.causal;
+    AttnProblem p;
+    ASSERT_TRUE(validate_forward(a, Backend::kSm90, &p).ok());
+    EXPECT_EQ(p.window_left, c.left);
+    EXPECT_EQ(p.window_right, c.right);
+    EXPECT_EQ(p.masked(), c.left >= 0 || c.right >= 0);
+  }
+  // The backward call checks the same rules (through its forward checks).
+  BackwardArgs b;
+  const ForwardArgs f = valid_args();
+  b.q = f.q; b.k = f.k; b.v = f.v; b.out = f.out; b.lse = f.lse;
+  b.dout = f.out; b.dq = f.q; b.dk = f.k; b.dv = f.v;
+  b.window = {-3, 2};
+  AttnBackwardProblem bp;
+  expect_rejected(validate_backward(b, Backend::kSm90, &bp), Status::kInvalidArgument, "window.left=-3");
+  b.window = {7, 2};
+  ASSERT_TRUE(validate_backward(b, Backend::kSm90, &bp).ok());
+  EXPECT_EQ(bp.fwd.window_left, 7);
+  EXPECT_EQ(bp.fwd.window_right, 2);
+}
+
+// The key range of one row: bottom-right aligned, clipped to [0, sk), possibly empty.
+TEST(Validation, VisibleKeys) {
+  const auto eq = [](KeyRange r, int64_t b, int64_t e) { return r.begin == b && r.end == e; };
+  EXPECT_TRUE(eq(visible_keys(0, 4, 4, -1, -1), 0, 4));
+  EXPECT_TRUE(eq(visible_keys(2, 4, 4, -1, 0), 0, 3));    // causal
+  EXPECT_TRUE(eq(visible_keys(2, 4, 4, 1, 0), 1, 3));     // causal, one key to the left
+  EXPECT_TRUE(eq(visible_keys(2, 4, 4, 0, 0), 2, 3));     // the diagonal only
+  EXPECT_TRUE(eq(visible_keys(0, 2, 6, 0, 1), 4, 6));     // sk > sq: the diagonal is at i + 4
+  EXPECT_TRUE(eq(visible_keys(0, 6, 2, -1, 0), 0, -3));   // sq > sk: row 0 sees no key
+  EXPECT_TRUE(eq(visible_keys(5, 6, 2, 0, 100), 1, 2));
+  EXPECT_TRUE(eq(visible_keys(3, 4, 4, 100, 100), 0, 4)); // wider than the sequence
+}
+
 TEST(Validation, ZeroHeadDim) {
   expect_rejected(cpu([](ForwardArgs& a) { a.q.sizes[3] = a.k.sizes[3] = a.v.sizes[3] = a.out.sizes[3] = 0; }),
                   Status::kInvalidArgument, "head_dim");

@@ -14,6 +14,7 @@
 
 #include "../common/test_util.hpp"
 #include "api/instantiations.hpp"
+#include "api/problem.hpp"
 #include "hopattn/hopattn.hpp"
 
 namespace hopattn::test {
@@ -31,7 +32,25 @@ struct FwdCase {
   bool causal;
   int64_t seqlen_q, seqlen_k, heads_q, heads_kv, batch;
   Layout layout = Layout::kContiguous;
+  Window window{};  // sliding window (-1, -1: none)
 };
+
+// The reference costs ~rows * visible keys * head_dim fp64 FMAs (one block per row); above this
+// the comparison samples (batch, head) pairs and row windows so the suite stays near a minute.
+constexpr double kFullReferenceBudget = 1e9;
+
+bool has_window(const FwdCase& c) { return c.window.left >= 0 || c.window.right >= 0; }
+
+// Keys summed over one (batch, head)'s rows, under the case's mask (the reference's cost).
+double visible_keys_per_head(const FwdCase& c) {
+  const int64_t right = c.causal ? 0 : c.window.right;
+  double n = 0;
+  for (int64_t i = 0; i < c.seqlen_q; ++i) {
+    const KeyRange kr = visible_keys(i, c.seqlen_q, c.seqlen_k, c.window.left, right);
+    n += static_cast<double>(std::max<int64_t>(0, kr.end - kr.begin));
+  }
+  return n;
+}
 
 std::string case_name(const FwdCase& c) {
   std::string s = std::string(dtype_name(c.dtype)) + "_d" + std::to_string(c.head_dim) +
@@ -40,6 +59,9 @@ std::string case_name(const FwdCase& c) {
                   "_k" + std::to_string(c.seqlen_k);
   if (c.layout == Layout::kPackedQKV) s += "_packedqkv";
   if (c.layout == Layout::kHugeBatchStride) s += "_hugestride";
+  if (has_window(c)) s += "_w" + std::to_string(c.window.left) + "_" + std::to_string(c.window.right);
+  for (char& ch : s)
+    if (ch == '-') ch = 'm';  // -1 in a window: test names allow [A-Za-z0-9_] only
   return s;
 }
 
@@ -63,6 +85,32 @@ std::vector<FwdCase> make_cases() {
   cases.push_back({DType::kFP16, 64, true, 17, 17, 8, 2, 9000});
   for (DType t : {DType::kBF16, DType::kFP16})
     for (bool causal : {false, true}) cases.push_back({t, 128, causal, 300, 1000, 4, 2, 2, Layout::kHugeBatchStride});
+  return cases;
+}
+
+// Sliding windows (issue 6): each side alone, both, the diagonal only, causal with a left bound; key
+// tiles that no row's window reaches, rows whose window holds no key (sq > sk), windows wider than
+// the sequence. bf16 at every head dim, fp16 at 128; only cases the full reference can afford.
+std::vector<FwdCase> make_window_cases() {
+  std::vector<FwdCase> cases;
+  const int64_t seqlens[][2] = {{1, 1}, {17, 17}, {127, 255}, {255, 127}, {1000, 1000}, {4097, 4097}, {512, 2048}, {2048, 300}};
+  struct W { int64_t left, right; bool causal; };
+  const W windows[] = {{0, 0, false}, {16, -1, false}, {-1, 33, false}, {100, 50, false}, {255, 0, true}, {5000, 7000, false}};
+  for (DType t : {DType::kBF16, DType::kFP16})
+    for (int d : {64, 128, 256}) {
+      if (t == DType::kFP16 && d != 128) continue;
+      for (const auto& sl : seqlens)
+        for (const W& w : windows) {
+          FwdCase c{t, d, w.causal, sl[0], sl[1], 8, 2, 2};
+          c.window = {w.left, w.right};
+          if (c.batch * c.heads_q * visible_keys_per_head(c) * d > kFullReferenceBudget) {
+            c.batch = 1;
+            c.heads_q = 2;
+            c.heads_kv = 1;
+          }
+          if (c.batch * c.heads_q * visible_keys_per_head(c) * d <= kFullReferenceBudget) cases.push_back(c);
+        }
+    }
   return cases;
 }
 
@@ -139,10 +187,6 @@ ForwardArgs slice_args(const ForwardArgs& a, int64_t bi, int64_t hi, int64_t r0,
   return s;
 }
 
-// The reference costs ~rows * visible keys * head_dim fp64 FMAs (one block per row); above this
-// the comparison samples (batch, head) pairs and row windows so the suite stays near a minute.
-constexpr double kFullReferenceBudget = 1e9;
-
 class ForwardVsReference : public ::testing::TestWithParam<FwdCase> {};
 
 TEST_P(ForwardVsReference, MatchesFp64Reference) {
@@ -185,6 +229,7 @@ TEST_P(ForwardVsReference, MatchesFp64Reference) {
   }
   args.lse = make_tensor(lse_buf.get(), DType::kFP32, b, hq, sq);
   args.causal = c.causal;
+  args.window = c.window;
 
   // Fresh inputs per case. q spans a wider range than k so scores spread (peaked softmax rows).
   const uint64_t seed = std::hash<std::string>{}(case_name(c));
@@ -215,9 +260,10 @@ TEST_P(ForwardVsReference, MatchesFp64Reference) {
 
   // The kernel's values and the reference's, for the part that is compared.
   std::vector<float> out_got, out_ref, lse_got, lse_ref;
-  double visible = 0;  // keys seen summed over rows, for the reference's cost
-  for (int64_t i = 0; i < sq; ++i) visible += c.causal ? std::clamp<int64_t>(i + sk - sq + 1, 0, sk) : sk;
-  if (b * hq * visible * d <= kFullReferenceBudget) {
+  const double visible = visible_keys_per_head(c);  // for the reference's cost
+  // Windowed cases always take the full reference (make_window_cases keeps them affordable):
+  // slice_args cuts keys for the causal mask only.
+  if (has_window(c) || b * hq * visible * d <= kFullReferenceBudget) {
     DeviceBuffer out_ref_buf(static_cast<size_t>(nq) * es), lse_ref_buf(static_cast<size_t>(nlse) * 4);
     ForwardArgs ref_args = args;
     ref_args.out = make_tensor(out_ref_buf.get(), t, b, sq, hq, d);
@@ -331,6 +377,8 @@ TEST(Sm90Repeat, EmptyAndFullTilesInterleavedAreStable) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Sm90, ForwardVsReference, ::testing::ValuesIn(make_cases()),
+                         [](const ::testing::TestParamInfo<FwdCase>& info) { return case_name(info.param); });
+INSTANTIATE_TEST_SUITE_P(Sm90Window, ForwardVsReference, ::testing::ValuesIn(make_window_cases()),
                          [](const ::testing::TestParamInfo<FwdCase>& info) { return case_name(info.param); });
 
 }  // namespace

@@ -81,6 +81,7 @@ struct VarlenCase {
   int64_t out_pad = 0;  // extra elements per token row of out (a multiple of 8): never written
   bool with_lse = true;
   int64_t max_seqlen_q = -1, max_seqlen_k = -1;  // -1: the largest length
+  Window window{};  // sliding window, per sequence (-1, -1: none)
 };
 
 struct VarlenRun {
@@ -191,6 +192,7 @@ void setup(VarlenRun& r, const VarlenCase& c) {
   a.max_seqlen_q = c.max_seqlen_q >= 0 ? c.max_seqlen_q : max_q;
   a.max_seqlen_k = c.max_seqlen_k >= 0 ? c.max_seqlen_k : max_k;
   a.causal = c.causal;
+  a.window = c.window;
 }
 
 void poison_outputs(VarlenRun& r) {
@@ -279,7 +281,10 @@ std::vector<Slice> plan_slices(const VarlenRun& r) {
     const int64_t sq = r.seq_q(b), sk = r.seq_k(b);
     if (sq == 0) continue;
     const double vis = visible_keys(0, sq, sq, sk, causal);
-    if (vis * r.hq * r.d <= kFullSequenceBudget) {
+    // Windowed runs compare whole sequences (the key cut below is the causal mask's only); their
+    // tests keep sequences small.
+    const bool windowed = r.c.window.left >= 0 || r.c.window.right >= 0;
+    if (windowed || vis * r.hq * r.d <= kFullSequenceBudget) {
       slices.push_back({b, 0, r.hq, 0, sq, sk});
       continue;
     }
@@ -326,6 +331,7 @@ ForwardArgs slice_view(const VarlenRun& r, const Slice& s, void* out_ref, float*
   f.lse = make_tensor(lse_ref + s.lse_off, DType::kFP32, 1, s.nh, s.rows);
   f.causal = r.c.causal;
   f.softmax_scale = r.args.softmax_scale;
+  f.window = r.c.window;
   return f;
 }
 
@@ -658,6 +664,33 @@ TEST(Sm90Varlen, EmptyBatchAndEmptySequences) {
       c.len_q = lq;
       c.len_k = lk;
       run_and_check(c);
+    }
+}
+
+// Sliding windows per sequence (bottom-right aligned within each): lengths 0 and 1, around the
+// tiles, len_q != len_k both ways; each side of the window alone, both, the diagonal, causal with a
+// left bound. Every built (dtype, head dim).
+TEST(Sm90Varlen, SlidingWindow) {
+  if (!has_sm90()) GTEST_SKIP() << "no sm_90 device";
+  struct W { int64_t left, right; bool causal; };
+  const W windows[] = {{0, 0, false}, {16, -1, false}, {-1, 33, false}, {100, 50, false}, {130, 0, true}};
+  int n = 0;
+  for (DType t : {DType::kBF16, DType::kFP16})
+    for (int d : {64, 128, 256}) {
+      if (find_forward_kernel(t, d) == nullptr) continue;
+      for (const W& w : windows) {
+        VarlenCase c;
+        c.name = "window_" + std::to_string(n++);
+        c.dtype = t;
+        c.head_dim = d;
+        c.causal = w.causal;
+        c.window = {w.left, w.right};
+        c.heads_q = 4;
+        c.heads_kv = 2;
+        c.len_q = {0, 1, 130, 300, 77, 257};
+        c.len_k = {5, 1, 130, 100, 400, 0};
+        run_and_check(c);
+      }
     }
 }
 

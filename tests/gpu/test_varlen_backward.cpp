@@ -120,6 +120,7 @@ struct Case {
   bool deterministic = false;
   int64_t max_seqlen_factor = 1;  // max_seqlen_q/k = factor * the longest length
   std::optional<float> softmax_scale;
+  Window window{};  // sliding window, per sequence (-1, -1: none)
 };
 
 Case make_case(std::string name, DType t, int d, bool causal, int64_t hq, int64_t hkv, std::vector<int> lq,
@@ -223,6 +224,7 @@ Fwd forward_part(const Bwd& a) {
   f.lse = a.lse;
   f.causal = a.causal;
   f.softmax_scale = a.softmax_scale;
+  f.window = a.window;
   return f;
 }
 
@@ -297,6 +299,7 @@ Result setup(Instance& r, const Case& c) {
   a.causal = c.causal;
   a.softmax_scale = c.softmax_scale;
   a.deterministic = c.deterministic;
+  a.window = c.window;
 
   VarlenForwardArgs f = forward_part<VarlenForwardArgs>(a);
   f.cu_seqlens_q = a.cu_seqlens_q;
@@ -376,6 +379,7 @@ Oracle oracle(const Instance& r) {
     a.dv = seq_view(grads, o.layout[2], t, d, k0, sk, r.es);
     a.causal = r.c.causal;
     a.softmax_scale = r.c.softmax_scale;
+    a.window = r.c.window;
     const Result fr = forward(forward_part<ForwardArgs>(a));
     if (!fr.ok()) throw std::runtime_error("oracle forward, " + seq_desc(r, b) + ": " + fr.message);
     calls.push_back(a);
@@ -603,6 +607,28 @@ TEST(Sm90VarlenBackward, MaxSeqlenTwiceEveryLength) {
                        {300, 5, 257, 64, 128, 0});
     c.max_seqlen_factor = 2;
     run_and_check(c);
+  });
+}
+
+// Sliding windows per sequence against the fixed-length oracle (itself checked against the CPU
+// reference by test_backward.cpp's Sm90Window grid): each side alone, both, causal with a left
+// bound; deterministic on and off.
+TEST(Sm90VarlenBackward, SlidingWindow) {
+  for_each_config([](DType t, int d, bool causal) {
+    const Window windows[] = {{0, 0}, {16, -1}, {-1, 33}, {100, 50}, {130, 0}};
+    int n = 0;
+    for (const Window& w : windows) {
+      if (causal && w.right > 0) continue;
+      Case c = make_case("window_" + std::to_string(n) + "_" + tag(t, d, causal), t, d, causal, 8, 2,
+                         {0, 1, 130, 300, 77, 700}, {5, 1, 130, 100, 400, 650});
+      c.window = w;
+      c.deterministic = n++ % 2 == 1;
+      SCOPED_TRACE(c.name);
+      Instance r;
+      std::vector<uint8_t> got;
+      if (!setup_and_run(r, c, &got)) return;
+      check(r, got, oracle(r));
+    }
   });
 }
 

@@ -95,7 +95,7 @@ cudaError_t run_bwd(const AttnBackwardProblem& bp, void* workspace, cudaStream_t
 
     bwd::bwd_preprocess_kernel<Element, kHeadDim><<<unsigned(row_grid), 256, 0, stream>>>(pp);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
-    cudaError_t e = p.causal ? bwd::launch_main<kDType, kHeadDim, true>(bp, w, ws_bytes, stream)
+    cudaError_t e = p.masked() ? bwd::launch_main<kDType, kHeadDim, true>(bp, w, ws_bytes, stream)
                              : bwd::launch_main<kDType, kHeadDim, false>(bp, w, ws_bytes, stream);
     if (e != cudaSuccess) return e;
     using DqMainloop = bwd::BwdMainloop<bwd::BwdConfig<kDType, kHeadDim, false>>;  // dQ's fragment order

@@ -51,7 +51,8 @@ __device__ __forceinline__ void consume_key_split(const typename BwdKernel<Cfg>:
     Tensor tScS = thr_sdp.partition_C(make_identity_tensor(Shape<BN, BM>{}));
     auto c_rc = ws::acc_rowcol(tScS);
 
-    const int diag_offset = si.seqlen_k - si.seqlen_q;  // key j visible to query i iff j <= i + diag_offset
+    // Key j visible to query i iff i + lo_offset <= j <= i + hi_offset (masked kernels).
+    const int lo_offset = si.seqlen_k - si.seqlen_q - si.left, hi_offset = si.seqlen_k - si.seqlen_q + si.right;
     const int key0 = blk.n_block * kBlockN;
     PipelineState st;
     int ds_buf = 0;
@@ -68,7 +69,7 @@ __device__ __forceinline__ void consume_key_split(const typename BwdKernel<Cfg>:
         ws::wgmma_issue<true>(mma_sdp, op.v, op.dout(_, _, _, st.index()), tdPrdP);
         warpgroup_wait<1>();  // S^T done; dP^T may still run
 
-        scores_to_probs<Cfg::kCausal>(tSrS, tScS, op.lse(_, st.index()), key0, m * kBlockM, si.seqlen_k, diag_offset,
+        scores_to_probs<Cfg::kCausal>(tSrS, tScS, op.lse(_, st.index()), key0, m * kBlockM, si.seqlen_k, lo_offset, hi_offset,
                                       Mainloop::step_needs_mask(si, blk.n_block, m), mp.scale_log2);
         warpgroup_wait<0>();  // dP^T done
         // dS^T = P^T * (dP^T - D), in place of dP^T.

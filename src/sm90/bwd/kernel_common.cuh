@@ -64,7 +64,8 @@ struct BwdKernel {
   // Deterministic mode: key block blk's place in the order in which the key blocks add their dQ
   // partials to query tile m_block (its turn counter counts them). Non-causal: increasing key block;
   // every block walks the query tiles from 0, so block n reaches each tile one step after n - 1.
-  // Causal: the blocks that see tile m are 0 .. n_last(m), and block n starts its walk at the first
+  // Masked: the blocks that see tile m are n_first(m) .. n_last(m) (0 .. n_last(m) when causal),
+  // contiguous, and block n starts its walk at the first
   // tile it sees, so in increasing order block n would reach tile m *before* n - 1 and wait at every
   // tile (the whole walk serialised: -59% measured). In decreasing order (n_last first, whose walk
   // starts at m) each block arrives one step after the one before it. Blocks are then launched in
@@ -77,7 +78,7 @@ struct BwdKernel {
       // blocks of this sequence: varlen grids cover max_seqlen_k, only ceil(seqlen_k / N) exist.
       const int n_blocks = (si.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN;
       const int last_row = min(si.seqlen_q, (m_block + 1) * Cfg::kBlockM) - 1;
-      const int n_last = min(n_blocks - 1, (last_row + si.seqlen_k - si.seqlen_q) / Cfg::kBlockN);
+      const int n_last = min(n_blocks - 1, (last_row + si.seqlen_k - si.seqlen_q + si.right) / Cfg::kBlockN);
       return n_last - blk.n_block;
     }
   }
@@ -125,12 +126,14 @@ __device__ __forceinline__ void bulk_wait_complete() {
 }
 
 // P^T = exp2(S^T * scale * log2(e) - lse * log2(e)) in place, for one (keys, queries) fragment of
-// the step's tile: key j is visible to query i iff j < seqlen_k and, causal, j <= i + seqlen_k -
-// seqlen_q; hidden entries become 0 (lse is +inf for padded and key-less rows, so their columns
+// the step's tile: key j is visible to query i iff j < seqlen_k and, masked (kCausal), i + lo_offset
+// <= j <= i + hi_offset (the window: lo_offset = d - left, hi_offset = d + right, d = seqlen_k -
+// seqlen_q); hidden entries become 0 (lse is +inf for padded and key-less rows, so their columns
 // vanish too). `coords` maps fragment positions to (key, query) within the tile.
 template <bool kCausal, class Frag, class Coords, class RowTensor>
 __device__ __forceinline__ void scores_to_probs(Frag& s_t, const Coords& coords, const RowTensor& lse_row, int key0,
-                                                int query0, int seqlen_k, int diag_offset, bool needs_mask, float scale_log2) {
+                                                int query0, int seqlen_k, int lo_offset, int hi_offset, bool needs_mask,
+                                                float scale_log2) {
   using namespace cute;
   auto s_rc = ws::acc_rowcol(s_t);
   auto c_rc = ws::acc_rowcol(coords);
@@ -138,13 +141,14 @@ __device__ __forceinline__ void scores_to_probs(Frag& s_t, const Coords& coords,
   for (int c = 0; c < size<1>(s_rc); ++c) {
     const int col = get<1>(c_rc(0, c));
     const float lse = lse_row(col);
-    const int key_limit = min(seqlen_k, query0 + col + diag_offset + 1);  // causal or not: keys < limit
+    const int key_limit = min(seqlen_k, query0 + col + hi_offset + 1);  // masked or not: keys < limit
+    const int key_first = query0 + col + lo_offset;                      // masked: keys >= first
     CUTE_UNROLL
     for (int r = 0; r < size<0>(s_rc); ++r) {
       float s = s_rc(r, c);
       if (needs_mask) {
         const int key = key0 + get<0>(c_rc(r, c));
-        if (key >= (kCausal ? key_limit : seqlen_k)) s = -INFINITY;
+        if (kCausal ? (key >= key_limit || key < key_first) : key >= seqlen_k) s = -INFINITY;
       }
       s_rc(r, c) = ws::fast_exp2(s * scale_log2 - lse);
     }

@@ -166,6 +166,7 @@ struct BwdMainloop {
     const int32_t* used_q;
     const int32_t* used_k;
     RowLayout row_layout;
+    int window_left, window_right;  // the masked kernels' bounds, as the forward's (ws/mask.cuh)
   };
 
   // One batch entry's place in the tensors and the workspace, and its lengths (see the forward's
@@ -176,9 +177,13 @@ struct BwdMainloop {
     int seqlen_q, seqlen_k;  // query rows and keys that take part: seqused, else the lengths
     int batch;               // batch coordinate of the TMA views (0 when packed)
     int64_t row_base;        // workspace row of (this batch entry, head 0, row 0): RowLayout
+    // Masked kernels: query i sees keys i + d - left <= j <= i + d + right (d = seqlen_k - seqlen_q),
+    // the bounds as Params' (unbounded stored as the max seqlen_k).
+    int left, right;
   };
   __device__ static SeqInfo seq_info(const Params& p, int b) {
-    if (p.cu_q == nullptr) return {0, 0, p.seqlen_k, p.seqlen_q, p.seqlen_k, b, p.row_layout.base(b, 0)};
+    if (p.cu_q == nullptr)
+      return {0, 0, p.seqlen_k, p.seqlen_q, p.seqlen_k, b, p.row_layout.base(b, 0), p.window_left, p.window_right};
     // Clamped to the tensors (unchecked index values give wrong rows, never stray accesses).
     const int oq = min(max(__ldg(p.cu_q + b), 0), p.rows_q);
     const int ok = min(max(__ldg(p.cu_k + b), 0), p.rows_k);
@@ -186,7 +191,7 @@ struct BwdMainloop {
     const int lk = min(max(__ldg(p.cu_k + b + 1) - ok, 0), p.rows_k - ok);
     const int uq = p.used_q == nullptr ? lq : min(max(__ldg(p.used_q + b), 0), lq);
     const int uk = p.used_k == nullptr ? lk : min(max(__ldg(p.used_k + b), 0), lk);
-    return {oq, ok, lk, uq, uk, 0, p.row_layout.base(b, oq)};
+    return {oq, ok, lk, uq, uk, 0, p.row_layout.base(b, oq), p.window_left, p.window_right};
   }
 
   static Params make_params(const AttnBackwardProblem& bp, float* lse_log2, float* dpsum, const RowLayout& rl) {
@@ -206,6 +211,7 @@ struct BwdMainloop {
                          make_stride(_1{}, rl.head_stride, rl.head_stride * hq));
     };
     const auto q_tile = take<0, 2>(SmemLayoutQ{});
+    const ws::WindowBounds w = ws::make_window(pr.window_left, pr.window_right, pr.seqlen_k);
     return Params{make_tma_copy(SM90_TMA_LOAD{}, view(pr.q, rows_q, hq, pr.q_stride), q_tile, Shape<BM, HD>{}, _1{}),
                   make_tma_copy(SM90_TMA_LOAD{}, view(bp.dout, rows_q, hq, bp.do_stride), q_tile, Shape<BM, HD>{}, _1{}),
                   make_tma_copy(SM90_TMA_LOAD{}, view(pr.k, rows_k, hk, pr.k_stride), SmemLayoutK{}, Shape<BN, HD>{}, _1{}),
@@ -213,12 +219,14 @@ struct BwdMainloop {
                   make_tma_copy(SM90_TMA_LOAD{}, rows(lse_log2), Layout<Shape<BM>>{}, Shape<BM>{}, _1{}),
                   make_tma_copy(SM90_TMA_LOAD{}, rows(dpsum), Layout<Shape<BM>>{}, Shape<BM>{}, _1{}),
                   sq, sk, int(rl.head_stride), hq, hk, b, int(pr.group()), pr.scale * 1.4426950408889634f,
-                  rows_q, rows_k, bext, pr.cu_seqlens_q, pr.cu_seqlens_k, pr.seqused_q, pr.seqused_k, rl};
+                  rows_q, rows_k, bext, pr.cu_seqlens_q, pr.cu_seqlens_k, pr.seqused_q, pr.seqused_k, rl,
+                  w.left, w.right};
   }
 
-  // Query blocks [m_begin, m_end) see at least one key of key block n_block (bottom-right causal:
-  // query i sees key j <= i + seqlen_k - seqlen_q). Possibly empty: always for a key block past
-  // the sequence's keys (varlen: the grid covers max_seqlen_k).
+  // Query blocks [m_begin, m_end) see at least one key of key block n_block (masked: query i sees
+  // keys i + d - left .. i + d + right, d = seqlen_k - seqlen_q; causal is right = 0 with left
+  // unbounded). Possibly empty: always for a key block past the sequence's keys (varlen: the grid
+  // covers max_seqlen_k), and, with a window, for keys no query's window reaches.
   struct QueryRange {
     int m_begin, m_end;
   };
@@ -228,9 +236,13 @@ struct BwdMainloop {
     if constexpr (!Cfg::kCausal) {
       return {0, m_end};
     } else {
-      const int first_row = n_block * kBlockN - (si.seqlen_k - si.seqlen_q);  // first query seeing key n_block*kBlockN
-      if (first_row >= si.seqlen_q) return {m_end, m_end};
-      return {first_row <= 0 ? 0 : first_row / kBlockM, m_end};
+      // 64-bit: the sums of lengths and bounds may pass INT_MAX at the largest sizes.
+      const int64_t d = int64_t(si.seqlen_k) - si.seqlen_q;
+      const int64_t first_row = int64_t(n_block) * kBlockN - d - si.right;  // first query seeing key n_block*kBlockN
+      const int64_t key_last = min((n_block + 1) * kBlockN, si.seqlen_k) - 1;
+      const int64_t last_row = min<int64_t>(key_last - d + si.left, si.seqlen_q - 1);  // last query seeing key_last
+      if (first_row >= si.seqlen_q || last_row < 0 || first_row > last_row) return {m_end, m_end};
+      return {first_row <= 0 ? 0 : int(first_row / kBlockM), int(last_row / kBlockM) + 1};
     }
   }
 
@@ -326,7 +338,11 @@ struct BwdMainloop {
   __device__ static bool step_needs_mask(const SeqInfo& si, int n_block, int m_block) {
     const int key_end = (n_block + 1) * kBlockN;
     if (key_end > si.seqlen_k) return true;
-    if constexpr (Cfg::kCausal) return key_end - 1 > m_block * kBlockM + si.seqlen_k - si.seqlen_q;
+    if constexpr (Cfg::kCausal) {
+      const int d = si.seqlen_k - si.seqlen_q;
+      // Right edge for the block's first query row, left edge for its last one.
+      return key_end - 1 > m_block * kBlockM + d + si.right || n_block * kBlockN < (m_block + 1) * kBlockM - 1 + d - si.left;
+    }
     return false;
   }
 };

@@ -77,10 +77,12 @@ inline DecodePlan plan_decode(const KvCacheProblem& p, int num_sms) {
   plan.row_tiles = rows > 16 ? max_row_tiles(static_cast<int>(p.head_dim)) : 1;
   plan.row_blocks = (rows + 16 * plan.row_tiles - 1) / (16 * plan.row_tiles);
   const int64_t blocks_per_split = p.batch * p.heads_kv * plan.row_blocks;
-  // One block per SM, although shared memory fits up to blocks_per_sm: at batch 1, 32 splits of
-  // two resident blocks per SM measured 9-10% slower than 16 splits of one (perf-notes, decode
-  // v1): each block streams too few keys to amortise its pipeline fill.
-  const int64_t slots = num_sms;
+  // Contiguous caches: one block per SM, although shared memory fits up to blocks_per_sm: at batch 1,
+  // 32 splits of two resident blocks per SM measured 7-9% slower than 16 splits of one (perf-notes,
+  // decode v2): each block streams too few keys to amortise its pipeline fill. Paged caches: every
+  // resident block, as each 16-key chunk waits on a page-table load first and one 4-warp block per
+  // SM cannot hide that (batch 8: 2 splits 3.6 TB/s against 4 splits 4.0-4.3 at 32k-128k).
+  const int64_t slots = p.paged ? static_cast<int64_t>(num_sms) * blocks_per_sm(p.head_dim, plan.row_tiles) : num_sms;
   plan.num_splits = choose_num_splits(blocks_per_split, p.capacity, slots, p.num_splits);
   plan.blocks = blocks_per_split * plan.num_splits;
   plan.workspace = workspace_bytes(p.batch * p.heads_q * p.seqlen_q, p.head_dim, plan.num_splits);

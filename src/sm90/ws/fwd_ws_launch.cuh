@@ -34,8 +34,9 @@ cudaError_t launch_ws_config(const Problem& prob, const AttnProblem& pr, cudaStr
   params.order = {int(num_m_blocks), int(pr.heads_q), int(pr.batch), false};
   if constexpr (Cfg::kCausalMask) {
     params.order.snake = heuristics::causal_snake_order(pr.seqlen_q);
-    // Varlen tiles past a sequence's end are skipped, so folded units would not cost the same.
-    params.order.fold = Cfg::kPersistent && !Cfg::kVarlen && heuristics::causal_fold_order(pr.seqlen_q);
+    // Varlen tiles past a sequence's end are skipped, so folded units would not cost the same. The
+    // FP8 kernels are not measured with it yet.
+    params.order.fold = Cfg::kPersistent && !Cfg::kVarlen && !Cfg::kFp8 && heuristics::causal_fold_order(Cfg::kBlockM);
   }
 
   int grid = params.order.num_tiles();
@@ -78,11 +79,12 @@ cudaError_t run_fwd_ws(const AttnProblem& pr, cudaStream_t stream) {
   } else {
     if (pr.dtype != kDType || pr.head_dim != kHeadDim) return cudaErrorInvalidValue;
     if (!ws_indices_fit(pr)) return cudaErrorNotSupported;
+    // Causal and windowed problems run the masked instantiations (the bounds are run-time values).
     if (pr.varlen()) {  // one kernel per mask: lengths vary, so the default key tile for all
-      return pr.causal ? launch_fwd_ws<kDType, kHeadDim, true, kFlags, kBlockNOverride, true>(pr, stream)
+      return pr.masked() ? launch_fwd_ws<kDType, kHeadDim, true, kFlags, kBlockNOverride, true>(pr, stream)
                        : launch_fwd_ws<kDType, kHeadDim, false, kFlags, kBlockNOverride, true>(pr, stream);
     }
-    if (pr.causal) return launch_fwd_ws<kDType, kHeadDim, true, kFlags, kBlockNOverride>(pr, stream);
+    if (pr.masked()) return launch_fwd_ws<kDType, kHeadDim, true, kFlags, kBlockNOverride>(pr, stream);
     if constexpr (kHeadDim == 128 && kBlockNOverride == 0) {
       switch (heuristics::d128_noncausal_key_tile(pr.seqlen_k)) {
         case 128: return launch_fwd_ws<kDType, kHeadDim, false, kFlags, 128>(pr, stream);

@@ -93,10 +93,11 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
       const WorkTile t = sched.tile(idx);
       if (t.m_block < 0) continue;  // the empty half of a folded unit (tile_scheduler.hpp)
       const typename Mainloop::SeqInfo si = Mainloop::seq_info(mp, t.batch);
-      const typename Mainloop::Mask mask{si.seqlen_q, si.seqlen_k};
-      const int n_end = Mainloop::keyed_blocks(mask, si, t.m_block);
+      const typename Mainloop::Mask mask = Mainloop::make_mask(mp, si);
+      const typename Mainloop::KeyBlocks kb = Mainloop::keyed_blocks(mask, si, t.m_block);
+      const int n_end = kb.end, n_begin = kb.begin;
       const typename Mainloop::Loader loader{mp, ss, t.head, si};
-      if (n_end > 0) {
+      if (n_end > n_begin) {
         // The first K block does not depend on the Q buffer: issue it before waiting for the
         // previous tile's consumers to release that buffer.
         if (cute::elect_one_sync()) {
@@ -108,18 +109,18 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
         if (cute::elect_one_sync()) {
           loader.load_q(t.m_block);
           if constexpr (Cfg::kKLead) {
-            for (int n = n_end - 2; n >= 0; --n) {
+            for (int n = n_end - 2; n >= n_begin; --n) {
               loader.load_k(pipe_k, st_k, n);
               ++st_k;
               loader.load_v(pipe_v, st_v, n + 1);
               ++st_v;
             }
-            loader.load_v(pipe_v, st_v, 0);
+            loader.load_v(pipe_v, st_v, n_begin);
             ++st_v;
           } else {
             loader.load_v(pipe_v, st_v, n_end - 1);
             ++st_v;
-            for (int n = n_end - 2; n >= 0; --n) {
+            for (int n = n_end - 2; n >= n_begin; --n) {
               loader.load_k(pipe_k, st_k, n);
               ++st_k;
               loader.load_v(pipe_v, st_v, n);
@@ -153,16 +154,16 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
       if (t.m_block < 0) continue;  // the empty half of a folded unit (tile_scheduler.hpp)
       const typename Mainloop::SeqInfo si = Mainloop::seq_info(mp, t.batch);
       if (Cfg::kVarlen && t.m_block * Cfg::kBlockM >= si.rows_q) continue;  // no rows: see keyed_blocks
-      const typename Mainloop::Mask mask{si.seqlen_q, si.seqlen_k};
-      const int n_end = Mainloop::keyed_blocks(mask, si, t.m_block);
-      if (n_end == 0) {
+      const typename Mainloop::Mask mask = Mainloop::make_mask(mp, si);
+      const typename Mainloop::KeyBlocks kb = Mainloop::keyed_blocks(mask, si, t.m_block);
+      if (kb.end <= kb.begin) {
         // No visible key: O = 0 and lse = -inf, written without shared memory (see the producer).
         K::Epilogue::store_empty(params.epilogue, thread_idx, t.m_block, t.head, si);
         continue;
       }
       Tensor tOrO = partition_fragment_C(mma_pv, Shape<Int<Cfg::kBlockM>, Int<Cfg::kHeadDim>>{});
       typename Mainloop::Softmax softmax = Mainloop::make_softmax(mp, t.m_block, t.head, t.batch, wg);
-      Mainloop::mma_tile(mp, ss, pipe_k, pipe_v, st, q_phase, thread_idx, mask, t.m_block, n_end, tOrO, softmax);
+      Mainloop::mma_tile(mp, ss, pipe_k, pipe_v, st, q_phase, thread_idx, mask, t.m_block, kb, tOrO, softmax);
       q_phase ^= 1u;
       // Q is released once per tile with keys. With a separate O buffer as soon as no GEMM reads Q
       // any more: after the last S GEMM inside mma_tile (kEarlyQ), else here, before the epilogue.

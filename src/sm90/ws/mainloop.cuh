@@ -193,6 +193,7 @@ struct FwdMainloop {
     const int32_t* cu_k;
     const int32_t* used_q;
     const int32_t* used_k;
+    int window_left, window_right;  // the masked kernels' bounds (mask.cuh: make_window)
   };
 
   // Where one batch entry's rows live in the tensors and how many of them take part.
@@ -253,6 +254,9 @@ struct FwdMainloop {
              make_tma_copy(SM90_TMA_LOAD{}, mVt, take<0, 2>(SmemLayoutVt{}), Shape<HD, BN>{}, _1{}),
              sq, sk, hq, hk, b, int(pr.group()), pr.scale, pr.scale * 1.4426950408889634f, {},
              rows_q, rows_k, bext, pr.cu_seqlens_q, pr.cu_seqlens_k, pr.seqused_q, pr.seqused_k};
+    const WindowBounds w = make_window(pr.window_left, pr.window_right, pr.seqlen_k);
+    p.window_left = w.left;
+    p.window_right = w.right;
     if constexpr (kFp8) {
       p.descale = {prob.q_descale, prob.k_descale, prob.v_descale,
                    {prob.q_descale_stride[0], prob.q_descale_stride[1], prob.q_descale_stride[2]},
@@ -268,7 +272,7 @@ struct FwdMainloop {
 
   // ---- producer (one thread of the producer warp) -------------------------------------------------
 
-  // TMA issue for one tile (Q once; K/V for blocks n_end-1 down to 0, the order the consumers visit
+  // TMA issue for one tile (Q once; K/V for blocks n_end-1 down to n_begin, the order the consumers visit
   // them: the masked diagonal/boundary blocks first). Called by a single thread.
   struct Loader {
     const Params& p;
@@ -335,14 +339,22 @@ struct FwdMainloop {
   static constexpr int kRowsPerThread = 2;  // rows of a 64-row WGMMA accumulator held per thread
   using Softmax = std::conditional_t<kFp8, BlockScaledSoftmax<kRowsPerThread>, OnlineSoftmax<kRowsPerThread>>;
 
-  // Key blocks a tile loads and multiplies (both roles compute it the same way). Varlen: the grid
-  // covers max_seqlen_q, so tiles past a sequence's rows exist and load nothing (the consumers
-  // skip them), and tiles past seqused_q see no key (the consumers write their zeros).
-  __device__ static int keyed_blocks(const Mask& mask, const SeqInfo& si, int m_block) {
+  __device__ static Mask make_mask(const Params& p, const SeqInfo& si) {
+    return Mask{si.seqlen_q, si.seqlen_k, p.window_left, p.window_right};
+  }
+
+  // Key blocks [begin, end) a tile loads and multiplies (both roles compute them the same way);
+  // end <= begin: the tile sees no key. Varlen: the grid covers max_seqlen_q, so tiles past a
+  // sequence's rows exist and load nothing (the consumers skip them), and tiles past seqused_q
+  // see no key (the consumers write their zeros).
+  struct KeyBlocks {
+    int begin, end;
+  };
+  __device__ static KeyBlocks keyed_blocks(const Mask& mask, const SeqInfo& si, int m_block) {
     if constexpr (Cfg::kVarlen) {
-      if (m_block * kBlockM >= si.seqlen_q) return 0;
+      if (m_block * kBlockM >= si.seqlen_q) return {0, 0};
     }
-    return mask.n_block_end(m_block);
+    return {mask.n_block_begin(m_block), mask.n_block_end(m_block)};
   }
 
   // Shared state set up once per CTA by its first threads, before the barrier that ends the
@@ -397,16 +409,18 @@ struct FwdMainloop {
     }
   };
 
-  // Runs key blocks n_end-1 .. 0 of one query tile; on return tOrO holds the unnormalised O and
-  // softmax the row max/sum. `st` is the shared K/V ring position, advanced by n_end.
+  // Runs key blocks kb.end-1 .. kb.begin of one query tile (a non-empty range); on return tOrO
+  // holds the unnormalised O and softmax the row max/sum. `st` is the shared K/V ring position,
+  // advanced by the number of blocks.
   // Cfg::kEarlyQ: arrive on QueryEmpty as soon as the tile's last S GEMM has completed, the last
   // read of Q, so the producer's next Q load overlaps the last softmax, the last P V and the
   // epilogue.
   template <class FragO>
   __device__ static void mma_tile(const Params& p, SharedStorage& ss, Pipeline& pipe_k, Pipeline& pipe_v,
                                   PipelineState& st, uint32_t q_phase, int thread_idx, const Mask& mask,
-                                  int m_block, int n_end, FragO& tOrO, Softmax& softmax) {
+                                  int m_block, KeyBlocks kb, FragO& tOrO, Softmax& softmax) {
     using namespace cute;
+    const int n_end = kb.end, n_begin = kb.begin;
     TiledMmaQK mma_qk;
     TiledMmaPV mma_pv;
     auto thr_qk = mma_qk.get_thread_slice(thread_idx);
@@ -434,7 +448,7 @@ struct FwdMainloop {
     };
     auto q_read_done = [&](int n) {  // call once S of block n has completed
       if constexpr (Cfg::kEarlyQ) {
-        if (n == 0)
+        if (n == n_begin)
           cutlass::arch::NamedBarrier::arrive(Cfg::kNumMmaThreads + 32, barrier_id(FwdBarrier::kQueryEmpty));
       }
     };
@@ -455,7 +469,7 @@ struct FwdMainloop {
 
     if constexpr (!Cfg::kIntraWGOverlap) {
       clear(tOrO);
-      for (int n = n_end - 1; n >= 0; --n) {
+      for (int n = n_end - 1; n >= n_begin; --n) {
         load_block_scale(n);
         pipe_k.consumer_wait(st);
         wgmma_issue<true>(mma_qk, tSrQ, tSrK(_, _, _, st.index()), tSrS);
@@ -490,7 +504,7 @@ struct FwdMainloop {
         masked_softmax(n, factor);  // O is still empty: nothing to rescale
       }
       to_p();
-      for (--n; n >= 0; --n) {
+      for (--n; n >= n_begin; --n) {
         PipelineState st_v = st;  // V of the block whose P is in tOrP
         ++st;
         load_block_scale(n);
@@ -519,7 +533,7 @@ struct FwdMainloop {
       }
       pipe_v.consumer_wait(st);
       turn.wait();
-      if (n_end == 1) {
+      if (n_end - n_begin == 1) {
         wgmma_issue<true>(mma_pv, tOrP, tOrV(_, _, _, st.index()), tOrO);
       } else {
         wgmma_issue<false>(mma_pv, tOrP, tOrV(_, _, _, st.index()), tOrO);

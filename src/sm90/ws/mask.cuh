@@ -1,44 +1,63 @@
 // Which keys a query row may see: the key-length bound (TMA zero-fills past seqlen_k, so padded
-// keys must be forced to -inf) and optionally the bottom-right aligned causal bound. Also gives
-// the key-block range of a query tile so fully masked blocks are never loaded nor multiplied.
+// keys must be forced to -inf) and, in the masked instantiation (kMasked), the bottom-right aligned
+// window: causal is the window (unbounded, 0). Also gives the key-block range of a query tile so
+// fully masked blocks are never loaded nor multiplied.
 #pragma once
 
 #include <cute/tensor.hpp>
 
 namespace hopattn::sm90::ws {
 
-// Query row i sees keys j < key_limit(i): seqlen_k, and for causal also i + 1 + seqlen_k - seqlen_q
-// (bottom-right alignment: the last query row sees every key). A limit <= 0 means the row sees
-// no key at all; the softmax then yields zeros and lse = -inf.
-template <int kBlockM, int kBlockN, bool kCausal>
+// Query row i sees keys key_first(i) <= j < key_limit(i): with d = seqlen_k - seqlen_q,
+// key_first = i + d - left and key_limit = i + d + right + 1, clipped to [0, seqlen_k). left and
+// right are the window's run-time bounds with "unbounded" stored as seqlen_k (make_window), which
+// reaches past every key and keeps the sums inside int (seqlen <= INT_MAX / 2). An empty range means
+// the row sees no key at all; the softmax then yields zeros and lse = -inf.
+template <int kBlockM, int kBlockN, bool kMasked>
 struct FwdMask {
   int seqlen_q, seqlen_k;
+  int left, right;
 
   __device__ __forceinline__ int key_limit(int row) const {
-    if constexpr (kCausal) {
-      const int causal = row + 1 + seqlen_k - seqlen_q;
-      return causal < seqlen_k ? causal : seqlen_k;
+    if constexpr (kMasked) {
+      const int limit = row + 1 + seqlen_k - seqlen_q + right;
+      return limit < seqlen_k ? limit : seqlen_k;
     } else {
       return seqlen_k;
     }
   }
+  __device__ __forceinline__ int key_first(int row) const {
+    if constexpr (kMasked) {
+      const int first = row + seqlen_k - seqlen_q - left;
+      return first > 0 ? first : 0;
+    } else {
+      return 0;
+    }
+  }
 
-  // Key blocks [0, n_block_end) hold every key the tile's rows can see. For causal this uses the
-  // last real row of the tile (rows past seqlen_q are padding and never stored). May be <= 0.
+  // Key blocks [n_block_begin, n_block_end) hold every key the tile's rows can see: the end from the
+  // last real row of the tile (rows past seqlen_q are padding and never stored), the beginning
+  // from its first row. The range may be empty (end <= begin).
   __device__ __forceinline__ int n_block_end(int m_block) const {
     int keys = seqlen_k;
-    if constexpr (kCausal) {
+    if constexpr (kMasked) {
       const int last_row = min((m_block + 1) * kBlockM, seqlen_q) - 1;
       keys = key_limit(last_row);
     }
     return keys <= 0 ? 0 : (keys + kBlockN - 1) / kBlockN;
   }
+  __device__ __forceinline__ int n_block_begin(int m_block) const {
+    if constexpr (kMasked) return key_first(m_block * kBlockM) / kBlockN;
+    return 0;
+  }
 
-  // Only blocks that cross seqlen_k or the diagonal of the tile's first row pay for masking.
+  // Only blocks that cross seqlen_k, the window's right edge for the tile's first row or its left
+  // edge for the tile's last row pay for masking.
   __device__ __forceinline__ bool block_needs_mask(int m_block, int n_block) const {
     const int block_end = (n_block + 1) * kBlockN;
     if (block_end > seqlen_k) return true;
-    if constexpr (kCausal) return block_end > key_limit(m_block * kBlockM);
+    if constexpr (kMasked)
+      return block_end > key_limit(m_block * kBlockM) || n_block * kBlockN < key_first((m_block + 1) * kBlockM - 1);
     return false;
   }
 
@@ -49,13 +68,25 @@ struct FwdMask {
     CUTE_UNROLL
     for (int r = 0; r < size<0>(s_rc); ++r) {
       const int row = m_block * kBlockM + get<0>(c_rc(r, 0));
-      const int limit = key_limit(row) - n_block * kBlockN;  // first masked column in this block
+      const int limit = key_limit(row) - n_block * kBlockN;  // first masked column right of the window
+      const int first = key_first(row) - n_block * kBlockN;  // first visible column
       CUTE_UNROLL
       for (int c = 0; c < size<1>(s_rc); ++c) {
-        if (get<1>(c_rc(r, c)) >= limit) s_rc(r, c) = -INFINITY;
+        const int col = get<1>(c_rc(r, c));
+        if (col >= limit || (kMasked && col < first)) s_rc(r, c) = -INFINITY;
       }
     }
   }
 };
+
+// The run-time window bounds of the masked kernels from AttnProblem's normalised ones (-1 means
+// unbounded): clamped to seqlen_k, past which a bound changes nothing.
+struct WindowBounds {
+  int left, right;
+};
+inline WindowBounds make_window(int64_t window_left, int64_t window_right, int64_t seqlen_k) {
+  const auto clamp = [&](int64_t w) { return int(w < 0 || w > seqlen_k ? seqlen_k : w); };
+  return {clamp(window_left), clamp(window_right)};
+}
 
 }  // namespace hopattn::sm90::ws
