@@ -66,6 +66,10 @@ struct ForwardArgs {
   bool causal = false;  // bottom-right aligned: query i sees keys j <= i + seqlen_k - seqlen_q
   std::optional<float> softmax_scale;  // default 1/sqrt(head_dim); must be finite and > 0
   Window window;                       // default: none
+  // Softcapping (Gemma 2, FlashAttention's softcap): scores become softcap * tanh(scale * q.k /
+  // softcap) before the softmax; 0 (the default) leaves them alone. Finite and >= 0. Forward and
+  // backward, fixed-length and varlen; not the FP8 or KV-cache calls.
+  float softcap = 0.f;
 };
 
 struct Result {
@@ -100,6 +104,7 @@ struct BackwardArgs {
   bool causal = false;                 // must match the forward call
   std::optional<float> softmax_scale;  // must match the forward call
   Window window;                       // must match the forward call
+  float softcap = 0.f;                 // must match the forward call
   // Bitwise-identical gradients run to run. dk/dv always are; dq is summed over key blocks with
   // fp32 atomics, which this flag orders (at a speed cost, see docs/BENCHMARKS.md).
   bool deterministic = false;
@@ -145,6 +150,7 @@ struct VarlenForwardArgs {
   bool causal = false;
   std::optional<float> softmax_scale;  // default 1/sqrt(head_dim); must be finite and > 0
   Window window;                       // per sequence, bottom-right aligned like causal
+  float softcap = 0.f;                 // as ForwardArgs
   // GPU only (forward_varlen): copy cu_seqlens/seqused to the host, synchronising `stream`, and
   // check their values as forward_varlen_cpu does. Off by default because it costs a device-to-host
   // copy and a sync per call; also switched on for every call by the environment variable
@@ -174,6 +180,7 @@ struct VarlenBackwardArgs {
   bool causal = false;
   std::optional<float> softmax_scale;
   Window window;                    // must match the forward call
+  float softcap = 0.f;              // must match the forward call
   bool deterministic = false;       // as BackwardArgs
   bool check_index_values = false;  // as VarlenForwardArgs
 };

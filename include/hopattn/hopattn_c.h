@@ -33,7 +33,7 @@ typedef struct hopattn_tensor {
 
 /* Sliding window (ABI 6; see hopattn.hpp: Window): read only when has_window is non-zero, so a
  * zero-initialised struct means no window. window_left/window_right: -1 = unbounded on that side.
- * With causal, window_right must be -1 or 0. */
+ * With causal, window_right must be -1 or 0. softcap (ABI 6; see ForwardArgs::softcap): 0 = off. */
 typedef struct hopattn_fwd_args {
   hopattn_tensor q, k, v, out, lse; /* lse.data may be NULL */
   int32_t causal;
@@ -41,6 +41,7 @@ typedef struct hopattn_fwd_args {
   float softmax_scale;
   int32_t has_window;
   int64_t window_left, window_right;
+  float softcap; /* 0: off */
 } hopattn_fwd_args;
 
 typedef struct hopattn_bwd_args {
@@ -51,6 +52,7 @@ typedef struct hopattn_bwd_args {
   int32_t deterministic;
   int32_t has_window; /* and the bounds: as the forward call's */
   int64_t window_left, window_right;
+  float softcap; /* 0: off */
 } hopattn_bwd_args;
 
 /* Variable-length forward (ABI 4; see hopattn.hpp: VarlenForwardArgs). q/k/v/out packed as
@@ -70,6 +72,7 @@ typedef struct hopattn_varlen_fwd_args {
   int32_t check_index_values;
   int32_t has_window; /* and the bounds: as hopattn_fwd_args, per sequence */
   int64_t window_left, window_right;
+  float softcap; /* 0: off */
 } hopattn_varlen_fwd_args;
 
 /* FP8 (see hopattn.hpp: Fp8AttentionArgs, Fp8ForwardArgs, Fp8QuantizeArgs). Absent optional
@@ -146,6 +149,7 @@ typedef struct hopattn_varlen_bwd_args {
   int32_t check_index_values; /* as hopattn_varlen_fwd_args */
   int32_t has_window; /* and the bounds: as the forward call's */
   int64_t window_left, window_right;
+  float softcap; /* 0: off */
 } hopattn_varlen_bwd_args;
 
 /* workspace: device memory of hopattn_backward_varlen_workspace_size(args) bytes (0 for malformed or

@@ -47,6 +47,7 @@ int to_args(const hopattn_fwd_args* a, hopattn::ForwardArgs* out) {
   out->causal = a->causal != 0;
   if (a->has_softmax_scale) out->softmax_scale = a->softmax_scale;
   if (a->has_window) out->window = {a->window_left, a->window_right};
+  out->softcap = a->softcap;
   return HOPATTN_SUCCESS;
 }
 
@@ -67,6 +68,7 @@ int to_args(const hopattn_bwd_args* a, hopattn::BackwardArgs* out) {
   if (a->has_softmax_scale) out->softmax_scale = a->softmax_scale;
   out->deterministic = a->deterministic != 0;
   if (a->has_window) out->window = {a->window_left, a->window_right};
+  out->softcap = a->softcap;
   return HOPATTN_SUCCESS;
 }
 
@@ -98,6 +100,7 @@ int to_args(const hopattn_varlen_fwd_args* a, hopattn::VarlenForwardArgs* out) {
   if (a->has_softmax_scale) out->softmax_scale = a->softmax_scale;
   out->check_index_values = a->check_index_values != 0;
   if (a->has_window) out->window = {a->window_left, a->window_right};
+  out->softcap = a->softcap;
   return HOPATTN_SUCCESS;
 }
 
@@ -259,6 +262,7 @@ int to_args(const hopattn_varlen_bwd_args* a, hopattn::VarlenBackwardArgs* out) 
   out->deterministic = a->deterministic != 0;
   out->check_index_values = a->check_index_values != 0;
   if (a->has_window) out->window = {a->window_left, a->window_right};
+  out->softcap = a->softcap;
   return HOPATTN_SUCCESS;
 }
 

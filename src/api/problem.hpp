@@ -26,6 +26,7 @@ struct AttnProblem {
   // window_right = 0. So masked() covers causal and every window: those problems run the
   // masked-kernel instantiations with the bounds as run-time values.
   int64_t window_left = -1, window_right = -1;
+  float softcap = 0.f;  // > 0: scores are softcap * tanh(scale * q.k / softcap); 0: off
 
   const void* q = nullptr;
   const void* k = nullptr;
@@ -125,6 +126,14 @@ inline bool tensor_absent(const TensorRef& t) {
 // right -1 or 0. On success stores the normalised bounds (-1 or >= 0; causal: right = 0).
 Result normalise_window(const Window& w, bool causal, int64_t* left, int64_t* right);
 
+// softcap: finite and >= 0 (0 = off).
+Result check_softcap(float softcap);
+
+// The score of scale * q.k under the problem's softcap (identity when it is 0): the references'.
+inline double capped_score(double scaled_dot, double softcap) {
+  return softcap > 0 ? softcap * std::tanh(scaled_dot / softcap) : scaled_dot;
+}
+
 // Checks every argument; on success fills *problem. Messages name the argument ("q.sizes[3]").
 Result validate_forward(const ForwardArgs& args, Backend backend, AttnProblem* problem);
 
@@ -157,6 +166,7 @@ struct VarlenProblem {
   bool causal = false;
   float scale = 1.f;
   int64_t window_left = -1, window_right = -1;  // normalised as AttnProblem's
+  float softcap = 0.f;
 
   const void* q = nullptr;
   const void* k = nullptr;

@@ -155,6 +155,8 @@ Result validate_forward(const ForwardArgs& a, Backend backend, AttnProblem* p) {
   if (Result r = normalise_window(a.window, a.causal, &window_left, &window_right); !r.ok()) return r;
   if (fp8 && (a.window.left >= 0 || a.window.right >= 0))
     return fail(Status::kUnsupported, "window: the FP8 forward has no sliding window yet (only causal)");
+  if (Result r = check_softcap(a.softcap); !r.ok()) return r;
+  if (fp8 && a.softcap != 0.f) return fail(Status::kUnsupported, "softcap: the FP8 forward has no softcapping yet");
   if (backend == Backend::kSm90 && !has_forward_kernel(a.q.dtype, static_cast<int>(d)))
     return fail(Status::kUnsupported, cat("head_dim ", d, " with dtype ", dtype_name(a.q.dtype),
                                           " has no sm90 kernel in this build (built: ", build_instantiation_list(), ")"));
@@ -169,6 +171,7 @@ Result validate_forward(const ForwardArgs& a, Backend backend, AttnProblem* p) {
   p->causal = a.causal;
   p->scale = resolve_softmax_scale(a.softmax_scale, d);
   p->window_left = window_left; p->window_right = window_right;
+  p->softcap = a.softcap;
   p->q = a.q.data; p->k = a.k.data; p->v = a.v.data; p->out = a.out.data;
   p->lse = static_cast<float*>(a.lse.data);
   for (int i = 0; i < 3; ++i) {
@@ -190,6 +193,12 @@ Result normalise_window(const Window& w, bool causal, int64_t* left, int64_t* ri
   return {};
 }
 
+Result check_softcap(float softcap) {
+  if (!(std::isfinite(softcap) && softcap >= 0.f))
+    return fail(Status::kInvalidArgument, cat("softcap must be finite and >= 0 (0: off), got ", softcap));
+  return {};
+}
+
 Result validate_backward(const BackwardArgs& a, Backend backend, AttnBackwardProblem* p) {
   if (backend != Backend::kSm90 && backend != Backend::kCpu)
     return fail(Status::kUnsupported, "backward: only the sm90 and CPU backends exist");
@@ -205,6 +214,7 @@ Result validate_backward(const BackwardArgs& a, Backend backend, AttnBackwardPro
   f.causal = a.causal;
   f.softmax_scale = a.softmax_scale;
   f.window = a.window;
+  f.softcap = a.softcap;
   if (backend == Backend::kSm90 && a.out.data == nullptr && a.out.ndim == 0)
     return fail(Status::kInvalidArgument, "out: required by backward on the GPU (the forward output); out.data is null");
   const bool no_out = backend == Backend::kCpu && tensor_absent(a.out);

@@ -155,6 +155,7 @@ Result validate_forward_varlen(const VarlenForwardArgs& a, Backend backend, Varl
   if (d == 0) return fail("q.sizes[2] (head_dim) is 0");
   int64_t window_left = -1, window_right = -1;
   if (Result r = normalise_window(a.window, a.causal, &window_left, &window_right); !r.ok()) return r;
+  if (Result r = check_softcap(a.softcap); !r.ok()) return r;
 
   // The index tensors: cu_seqlens_q fixes the batch, cu_seqlens_k must agree.
   if (a.cu_seqlens_q.ndim != 1)
@@ -195,6 +196,7 @@ Result validate_forward_varlen(const VarlenForwardArgs& a, Backend backend, Varl
   p->causal = a.causal;
   p->scale = resolve_softmax_scale(a.softmax_scale, d);
   p->window_left = window_left; p->window_right = window_right;
+  p->softcap = a.softcap;
   p->q = a.q.data; p->k = a.k.data; p->v = a.v.data; p->out = a.out.data;
   p->lse = static_cast<float*>(a.lse.data);
   for (int i = 0; i < 2; ++i) {
@@ -227,6 +229,7 @@ AttnProblem to_attn_problem(const VarlenProblem& v) {
   p.scale = v.scale;
   p.window_left = v.window_left;
   p.window_right = v.window_right;
+  p.softcap = v.softcap;
   p.q = v.q; p.k = v.k; p.v = v.v; p.out = v.out;
   p.lse = v.lse;
   const auto strides = [](int64_t dst[3], const int64_t src[2]) {  // (token, head) -> (0, token, head)
@@ -251,7 +254,7 @@ Result validate_backward_varlen(const VarlenBackwardArgs& a, VarlenProblem* fwd,
   f.cu_seqlens_q = a.cu_seqlens_q; f.cu_seqlens_k = a.cu_seqlens_k;
   f.max_seqlen_q = a.max_seqlen_q; f.max_seqlen_k = a.max_seqlen_k;
   f.seqused_q = a.seqused_q; f.seqused_k = a.seqused_k;
-  f.causal = a.causal; f.softmax_scale = a.softmax_scale; f.window = a.window;
+  f.causal = a.causal; f.softmax_scale = a.softmax_scale; f.window = a.window; f.softcap = a.softcap;
   if (Result r = validate_forward_varlen(f, Backend::kSm90, fwd); !r.ok()) return r;
   if (a.lse.data == nullptr && fwd->heads_q * fwd->total_q > 0)
     return fail("lse: required by backward_varlen (forward_varlen's (heads_q, total_q) fp32 log-sum-exp); lse.data is null");

@@ -99,15 +99,15 @@ void load_kv_head(const AttnProblem& p, int64_t b, int64_t kv_head, std::vector<
   }
 }
 
-// Scores scale * q . k_j of one query row over its visible keys [kr.begin, kr.end) into s; returns
-// their max.
+// Scores scale * q . k_j (softcapped when softcap > 0) of one query row over its visible keys
+// [kr.begin, kr.end) into s; returns their max.
 double row_scores(const std::vector<double>& q, const std::vector<double>& k, KeyRange kr, int64_t d,
-                  double scale, std::vector<double>& s) {
+                  double scale, double softcap, std::vector<double>& s) {
   double max_score = -HUGE_VAL;
   for (int64_t j = kr.begin; j < kr.end; ++j) {
     double dot = 0;
     for (int64_t c = 0; c < d; ++c) dot += q[c] * k[j * d + c];
-    s[j] = scale * dot;
+    s[j] = capped_score(scale * dot, softcap);
     max_score = std::max(max_score, s[j]);
   }
   return max_score;
@@ -135,7 +135,7 @@ void attend_kv_head(const AttnProblem& p, int64_t b, int64_t kv_head, int64_t ls
         continue;
       }
       for (int64_t c = 0; c < d; ++c) q[c] = load_element(p.q, q_row + c, p.dtype);
-      const double max_score = row_scores(q, k, kr, d, scale, s);
+      const double max_score = row_scores(q, k, kr, d, scale, p.softcap, s);
       double sum = 0;
       std::fill(o.begin(), o.end(), 0.0);
       for (int64_t j = kr.begin; j < kr.end; ++j) {
@@ -159,7 +159,7 @@ void backward_kv_head(const AttnBackwardProblem& bp, int64_t b, int64_t kv_head)
   load_kv_head(p, b, kv_head, k, v);
   const double scale = p.scale;
   std::vector<double> q(static_cast<size_t>(d)), dout(static_cast<size_t>(d)), o(static_cast<size_t>(d)),
-      dq(static_cast<size_t>(d)), prob(static_cast<size_t>(sk));
+      dq(static_cast<size_t>(d)), prob(static_cast<size_t>(sk)), dcap(static_cast<size_t>(sk), 1.0);
   for (int64_t h = kv_head * p.group(); h < (kv_head + 1) * p.group(); ++h) {
     for (int64_t i = 0; i < p.seqlen_q; ++i) {
       const KeyRange kr = visible_keys(i, p.seqlen_q, sk, p.window_left, p.window_right);
@@ -172,7 +172,10 @@ void backward_kv_head(const AttnBackwardProblem& bp, int64_t b, int64_t kv_head)
           q[c] = load_element(p.q, q_row + c, p.dtype);
           dout[c] = load_element(bp.dout, do_row + c, p.dtype);
         }
-        const double max_score = row_scores(q, k, kr, d, scale, prob);
+        const double max_score = row_scores(q, k, kr, d, scale, p.softcap, prob);
+        // Softcap: d(c tanh(x / c)) / dx = 1 - tanh^2 = 1 - (score / c)^2, x = scale * q.k.
+        if (p.softcap > 0)
+          for (int64_t j = kr.begin; j < kr.end; ++j) dcap[j] = 1.0 - (prob[j] / p.softcap) * (prob[j] / p.softcap);
         double sum = 0;
         for (int64_t j = kr.begin; j < kr.end; ++j) sum += (prob[j] = std::exp(prob[j] - max_score));
         std::fill(o.begin(), o.end(), 0.0);
@@ -185,7 +188,7 @@ void backward_kv_head(const AttnBackwardProblem& bp, int64_t b, int64_t kv_head)
         for (int64_t j = kr.begin; j < kr.end; ++j) {
           double dp = 0;
           for (int64_t c = 0; c < d; ++c) dp += dout[c] * v[j * d + c];
-          const double ds = prob[j] * (dp - delta);
+          const double ds = prob[j] * (dp - delta) * dcap[j];
           for (int64_t c = 0; c < d; ++c) {
             dv[j * d + c] += prob[j] * dout[c];
             dq[c] += scale * ds * k[j * d + c];
@@ -257,6 +260,7 @@ void forward_varlen_cpu(const VarlenProblem& p) {
     s.scale = p.scale;
     s.window_left = p.window_left;
     s.window_right = p.window_right;
+    s.softcap = p.softcap;
     s.q = static_cast<const uint8_t*>(p.q) + start_q * p.q_stride[0] * elem;
     s.k = static_cast<const uint8_t*>(p.k) + start_k * p.k_stride[0] * elem;
     s.v = static_cast<const uint8_t*>(p.v) + start_k * p.v_stride[0] * elem;

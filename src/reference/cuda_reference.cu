@@ -92,7 +92,7 @@ __global__ void __launch_bounds__(kThreads) reference_forward_kernel(AttnProblem
         double dot = 0;
         for (int c = lane; c < d; c += 32) dot += q_row[c] * to_double(k_row[c]);
         dot = warp_sum(dot);
-        if (lane == 0) chunk[j] = scale * dot;
+        if (lane == 0) chunk[j] = p.softcap > 0 ? p.softcap * tanh(scale * dot / p.softcap) : scale * dot;
       }
       __syncthreads();
       const double score = tid < n ? chunk[tid] : -INFINITY;

@@ -19,6 +19,7 @@ struct Shape {
   int64_t b, sq, sk, hq, hkv, d;
   bool causal;
   int64_t window_left = -1, window_right = -1;  // normalised (causal: right 0)
+  float softcap = 0.f;
 };
 
 void set_contiguous(int64_t (&stride)[3], int64_t s, int64_t h, int64_t d) {
@@ -36,6 +37,7 @@ AttnProblem make_problem(const Shape& sh, const std::vector<float>& q, const std
   p.causal = sh.causal;
   p.window_left = sh.window_left;
   p.window_right = sh.causal ? 0 : sh.window_right;
+  p.softcap = sh.softcap;
   p.scale = 0.7f;
   p.q = q.data(), p.k = k.data(), p.v = v.data();
   set_contiguous(p.q_stride, sh.sq, sh.hq, sh.d);
@@ -112,12 +114,15 @@ INSTANTIATE_TEST_SUITE_P(Cpu, BackwardReference,
                                            Shape{2, 9, 4, 4, 1, 8, true}, Shape{1, 3, 11, 3, 1, 16, true},
                                            // Sliding windows: both sides, left only with causal, right only.
                                            Shape{1, 9, 12, 2, 1, 8, false, 2, 1}, Shape{2, 8, 8, 2, 2, 8, true, 3, 0},
-                                           Shape{1, 10, 6, 2, 1, 8, false, -1, 0}),
+                                           Shape{1, 10, 6, 2, 1, 8, false, -1, 0},
+                                           // Softcap (scale 0.7 on inputs of a few units: the cap bends the scores).
+                                           Shape{1, 7, 9, 2, 1, 8, false, -1, -1, 1.5f}, Shape{2, 8, 8, 2, 2, 8, true, 4, 0, 0.8f}),
                          [](const ::testing::TestParamInfo<Shape>& info) {
                            const Shape& s = info.param;
                            std::string w;
                            if (s.window_left >= 0 || s.window_right >= 0)
                              w = "_w" + std::to_string(s.window_left + 1) + "_" + std::to_string(s.window_right + 1);
+                           if (s.softcap > 0) w += "_softcap";
                            return "q" + std::to_string(s.sq) + "_k" + std::to_string(s.sk) + "_h" +
                                   std::to_string(s.hq) + "x" + std::to_string(s.hkv) + (s.causal ? "_causal" : "_full") + w;
                          });

@@ -41,7 +41,7 @@ Inputs random_inputs(const Shape& s, DType t, uint64_t seed, float range = 1.f) 
 }
 
 // softmax(scale * Q K^T + mask) V for each (batch, head) with the full score matrix materialised.
-Expected naive_attention(const Shape& s, const Inputs& in, bool causal, double scale, Window w = {}) {
+Expected naive_attention(const Shape& s, const Inputs& in, bool causal, double scale, Window w = {}, double softcap = 0) {
   const int64_t sq = s.seqlen_q, sk = s.seqlen_k, d = s.head_dim;
   Expected e;
   e.out.assign(size_t(s.batch * sq * s.heads_q * d), 0.0);
@@ -58,7 +58,7 @@ Expected naive_attention(const Shape& s, const Inputs& in, bool causal, double s
         for (int64_t j = 0; j < sk; ++j) {
           double dot = 0;
           for (int64_t c = 0; c < d; ++c) dot += at(in.q, sq, s.heads_q, b, i, h, c) * at(in.k, sk, s.heads_kv, b, j, hk, c);
-          scores[size_t(i * sk + j)] = scale * dot;
+          scores[size_t(i * sk + j)] = softcap > 0 ? softcap * std::tanh(scale * dot / softcap) : scale * dot;
           const int64_t diag = i + sk - sq;  // bottom-right aligned
           allowed[size_t(i * sk + j)] = (!causal || j <= diag) && (w.left < 0 || j >= diag - w.left) &&
                                         (w.right < 0 || j <= diag + w.right);
@@ -110,7 +110,7 @@ struct CaseResult {
 
 // Runs forward_cpu on contiguous tensors holding `in`; out is poisoned (NaN) beforehand.
 CaseResult run_contiguous(const Shape& s, DType t, const Inputs& in, bool causal, std::optional<float> scale,
-                          bool with_lse = true, Window window = {}) {
+                          bool with_lse = true, Window window = {}, float softcap = 0.f) {
   std::vector<uint8_t> q = encode(in.q, t), k = encode(in.k, t), v = encode(in.v, t);
   std::vector<uint8_t> out(size_t(s.batch * s.seqlen_q * s.heads_q * s.head_dim) * dtype_size(t));
   poison(out);
@@ -124,6 +124,7 @@ CaseResult run_contiguous(const Shape& s, DType t, const Inputs& in, bool causal
   a.causal = causal;
   a.softmax_scale = scale;
   a.window = window;
+  a.softcap = softcap;
   CaseResult r;
   r.result = forward_cpu(a);
   r.out = decode(out.data(), out.size() / dtype_size(t), t);
@@ -132,17 +133,17 @@ CaseResult run_contiguous(const Shape& s, DType t, const Inputs& in, bool causal
 }
 
 void check_case(const Shape& s, DType t, bool causal, uint64_t seed, std::optional<float> scale = std::nullopt,
-                float input_range = 1.f, Window window = {}) {
+                float input_range = 1.f, Window window = {}, float softcap = 0.f) {
   SCOPED_TRACE(::testing::Message() << "b=" << s.batch << " sq=" << s.seqlen_q << " sk=" << s.seqlen_k
                                     << " hq=" << s.heads_q << " hkv=" << s.heads_kv << " d=" << s.head_dim
                                     << " dtype=" << dtype_name(t) << " causal=" << causal << " window=("
-                                    << window.left << ", " << window.right << ")");
+                                    << window.left << ", " << window.right << ") softcap=" << softcap);
   const Inputs in = random_inputs(s, t, seed, input_range);
-  const CaseResult r = run_contiguous(s, t, in, causal, scale, true, window);
+  const CaseResult r = run_contiguous(s, t, in, causal, scale, true, window, softcap);
   ASSERT_TRUE(r.result.ok()) << r.result.message;
   // The library resolves the default scale in fp32; use the same value.
   const double used_scale = scale ? *scale : static_cast<float>(1.0 / std::sqrt(double(s.head_dim)));
-  const Expected e = naive_attention(s, in, causal, used_scale, window);
+  const Expected e = naive_attention(s, in, causal, used_scale, window, softcap);
   expect_rounded(r.out, e.out, t, "out");
   expect_rounded(r.lse, e.lse, DType::kFP32, "lse");
 }
@@ -184,6 +185,14 @@ TEST(Reference, SlidingWindows) {
   };
   uint64_t seed = 50;
   for (const auto& c : cases) check_case(c.s, DType::kBF16, c.causal, seed++, std::nullopt, 1.f, c.w);
+}
+
+// Softcapping against the naive formula, scores large enough that the cap bends them (inputs in
+// [-4, 4], head_dim 64: |scale q.k| up to ~100 against caps of 2 and 30), with causal and a window.
+TEST(Reference, Softcap) {
+  check_case({2, 19, 27, 2, 1, 64}, DType::kFP32, false, 70, std::nullopt, 4.f, {}, 30.f);
+  check_case({1, 23, 23, 2, 2, 64}, DType::kBF16, true, 71, std::nullopt, 4.f, {}, 2.f);
+  check_case({1, 23, 31, 2, 1, 64}, DType::kFP16, false, 72, 0.5f, 4.f, {5, 3}, 30.f);
 }
 
 TEST(Reference, SingleElement) { check_case({1, 1, 1, 1, 1, 64}, DType::kBF16, false, 1); }

@@ -286,6 +286,28 @@ TEST(Validation, Window) {
   EXPECT_EQ(bp.fwd.window_right, 2);
 }
 
+// Softcap: finite and >= 0 (0: off), on every backend and through backward; FP8 has none.
+TEST(Validation, Softcap) {
+  for (float bad : {-1.f, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    expect_rejected(sm90([bad](ForwardArgs& a) { a.softcap = bad; }), Status::kInvalidArgument, "softcap");
+    expect_rejected(cpu([bad](ForwardArgs& a) { a.softcap = bad; }), Status::kInvalidArgument, "softcap");
+  }
+  ForwardArgs a = valid_args();
+  a.softcap = 30.f;
+  AttnProblem p;
+  ASSERT_TRUE(validate_forward(a, Backend::kSm90, &p).ok());
+  EXPECT_EQ(p.softcap, 30.f);
+  BackwardArgs b;
+  b.q = a.q; b.k = a.k; b.v = a.v; b.out = a.out; b.lse = a.lse;
+  b.dout = a.out; b.dq = a.q; b.dk = a.k; b.dv = a.v;
+  b.softcap = -2.f;
+  AttnBackwardProblem bp;
+  expect_rejected(validate_backward(b, Backend::kSm90, &bp), Status::kInvalidArgument, "softcap");
+  b.softcap = 5.f;
+  ASSERT_TRUE(validate_backward(b, Backend::kSm90, &bp).ok());
+  EXPECT_EQ(bp.fwd.softcap, 5.f);
+}
+
 // The key range of one row: bottom-right aligned, clipped to [0, sk), possibly empty.
 TEST(Validation, VisibleKeys) {
   const auto eq = [](KeyRange r, int64_t b, int64_t e) { return r.begin == b && r.end == e; };

@@ -51,6 +51,7 @@ struct BwdCase {
   Layout layout = Layout::kContiguous;
   std::optional<float> softmax_scale = std::nullopt;
   Window window{};  // sliding window (-1, -1: none)
+  float softcap = 0.f;
 };
 
 std::string case_name(const BwdCase& c) {
@@ -63,6 +64,7 @@ std::string case_name(const BwdCase& c) {
   if (c.layout == Layout::kPackedQKV) s += "_packedqkv";
   if (c.layout == Layout::kPackedKV) s += "_packedkv";
   if (c.layout == Layout::kHugeBatchStride) s += "_hugestride";
+  if (c.softcap > 0) s += "_cap" + std::to_string(static_cast<int>(c.softcap));
   if (c.window.left >= 0 || c.window.right >= 0) {
     s += "_w" + std::to_string(c.window.left) + "_" + std::to_string(c.window.right);
     for (char& ch : s)
@@ -144,6 +146,33 @@ std::vector<BwdCase> make_window() {
           c.window = {w.left, w.right};
           cases.push_back(c);
         }
+    }
+  return cases;
+}
+
+// Softcapping (caps 2 and 30): the backward's 1 - tanh^2 factor, recovered from P (softcap_grad);
+// causal or not, GQA, ragged lengths, one with a window; batch 2 deterministic. bf16 at every head
+// dim (d256 runs the head-split consumer, whose P comes back as 16-bit), fp16 at 128.
+std::vector<BwdCase> make_softcap() {
+  std::vector<BwdCase> cases;
+  const int64_t seqlens[][2] = {{17, 17}, {127, 255}, {255, 127}, {300, 300}};
+  for (DType t : {DType::kBF16, DType::kFP16})
+    for (int d : {64, 128, 256}) {
+      if (t == DType::kFP16 && d != 128) continue;
+      int k = 0;
+      for (bool causal : {false, true})
+        for (const auto& sl : seqlens)
+          for (float cap : {2.f, 30.f}) {
+            const int64_t b = (k++ % 4 == 0) ? 2 : 1;
+            BwdCase c{t, d, causal, sl[0], sl[1], 8, 2, b};
+            c.deterministic = b == 2;
+            c.softcap = cap;
+            cases.push_back(c);
+          }
+      BwdCase w{t, d, false, 300, 400, 4, 4, 1};
+      w.softcap = 30.f;
+      w.window = {64, 16};
+      cases.push_back(w);
     }
   return cases;
 }
@@ -369,6 +398,7 @@ Result run_forward(const Views& w, const BwdCase& c) {
   a.causal = c.causal;
   a.softmax_scale = c.softmax_scale;
   a.window = c.window;
+  a.softcap = c.softcap;
   poison_view(w.out);
   HOPATTN_TEST_CUDA(cudaMemset(w.lse.data, 0xFF, static_cast<size_t>(w.lse.sizes[0] * w.lse.sizes[1] * w.lse.sizes[2]) * 4));
   const Result r = forward(a);
@@ -393,6 +423,7 @@ BackwardArgs backward_args(const Views& w, const BwdCase& c) {
   a.softmax_scale = c.softmax_scale;
   a.deterministic = c.deterministic;
   a.window = c.window;
+  a.softcap = c.softcap;
   return a;
 }
 
@@ -445,6 +476,7 @@ RefGrads reference(const BwdCase& c, const HostData& h) {
   a.causal = c.causal;
   a.softmax_scale = c.softmax_scale;
   a.window = c.window;
+  a.softcap = c.softcap;
   const Result res = backward_cpu(a);
   if (!res.ok()) throw std::runtime_error("backward_cpu: " + res.message);
   return r;
@@ -556,6 +588,8 @@ TEST_P(BackwardVsReference, MatchesCpuReference) {
 INSTANTIATE_TEST_SUITE_P(Sm90, BackwardVsReference, ::testing::ValuesIn(make_grid()),
                          [](const ::testing::TestParamInfo<BwdCase>& info) { return case_name(info.param); });
 INSTANTIATE_TEST_SUITE_P(Sm90Strided, BackwardVsReference, ::testing::ValuesIn(make_strided()),
+                         [](const ::testing::TestParamInfo<BwdCase>& info) { return case_name(info.param); });
+INSTANTIATE_TEST_SUITE_P(Sm90Softcap, BackwardVsReference, ::testing::ValuesIn(make_softcap()),
                          [](const ::testing::TestParamInfo<BwdCase>& info) { return case_name(info.param); });
 INSTANTIATE_TEST_SUITE_P(Sm90Window, BackwardVsReference, ::testing::ValuesIn(make_window()),
                          [](const ::testing::TestParamInfo<BwdCase>& info) { return case_name(info.param); });

@@ -33,6 +33,7 @@ struct FwdCase {
   int64_t seqlen_q, seqlen_k, heads_q, heads_kv, batch;
   Layout layout = Layout::kContiguous;
   Window window{};  // sliding window (-1, -1: none)
+  float softcap = 0.f;
 };
 
 // The reference costs ~rows * visible keys * head_dim fp64 FMAs (one block per row); above this
@@ -60,6 +61,7 @@ std::string case_name(const FwdCase& c) {
   if (c.layout == Layout::kPackedQKV) s += "_packedqkv";
   if (c.layout == Layout::kHugeBatchStride) s += "_hugestride";
   if (has_window(c)) s += "_w" + std::to_string(c.window.left) + "_" + std::to_string(c.window.right);
+  if (c.softcap > 0) s += "_cap" + std::to_string(static_cast<int>(c.softcap));
   for (char& ch : s)
     if (ch == '-') ch = 'm';  // -1 in a window: test names allow [A-Za-z0-9_] only
   return s;
@@ -230,6 +232,7 @@ TEST_P(ForwardVsReference, MatchesFp64Reference) {
   args.lse = make_tensor(lse_buf.get(), DType::kFP32, b, hq, sq);
   args.causal = c.causal;
   args.window = c.window;
+  args.softcap = c.softcap;
 
   // Fresh inputs per case. q spans a wider range than k so scores spread (peaked softmax rows).
   const uint64_t seed = std::hash<std::string>{}(case_name(c));
@@ -263,7 +266,7 @@ TEST_P(ForwardVsReference, MatchesFp64Reference) {
   const double visible = visible_keys_per_head(c);  // for the reference's cost
   // Windowed cases always take the full reference (make_window_cases keeps them affordable):
   // slice_args cuts keys for the causal mask only.
-  if (has_window(c) || b * hq * visible * d <= kFullReferenceBudget) {
+  if (has_window(c) || c.softcap > 0 || b * hq * visible * d <= kFullReferenceBudget) {
     DeviceBuffer out_ref_buf(static_cast<size_t>(nq) * es), lse_ref_buf(static_cast<size_t>(nlse) * 4);
     ForwardArgs ref_args = args;
     ref_args.out = make_tensor(out_ref_buf.get(), t, b, sq, hq, d);
@@ -377,6 +380,31 @@ TEST(Sm90Repeat, EmptyAndFullTilesInterleavedAreStable) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Sm90, ForwardVsReference, ::testing::ValuesIn(make_cases()),
+                         [](const ::testing::TestParamInfo<FwdCase>& info) { return case_name(info.param); });
+// Softcapping (caps of 2 and 30 against scores of up to ~10: the cap bends them), causal or not,
+// with a window, GQA, ragged lengths; bf16 at every head dim, fp16 at 128.
+std::vector<FwdCase> make_softcap_cases() {
+  std::vector<FwdCase> cases;
+  const int64_t seqlens[][2] = {{17, 17}, {127, 255}, {1000, 1000}, {300, 77}};
+  for (DType t : {DType::kBF16, DType::kFP16})
+    for (int d : {64, 128, 256}) {
+      if (t == DType::kFP16 && d != 128) continue;
+      for (bool causal : {false, true})
+        for (const auto& sl : seqlens)
+          for (float cap : {2.f, 30.f}) {
+            FwdCase c{t, d, causal, sl[0], sl[1], 8, 2, 1};
+            c.softcap = cap;
+            cases.push_back(c);
+          }
+      FwdCase w{t, d, false, 500, 700, 4, 4, 2};
+      w.softcap = 30.f;
+      w.window = {64, 16};
+      cases.push_back(w);
+    }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Sm90Softcap, ForwardVsReference, ::testing::ValuesIn(make_softcap_cases()),
                          [](const ::testing::TestParamInfo<FwdCase>& info) { return case_name(info.param); });
 INSTANTIATE_TEST_SUITE_P(Sm90Window, ForwardVsReference, ::testing::ValuesIn(make_window_cases()),
                          [](const ::testing::TestParamInfo<FwdCase>& info) { return case_name(info.param); });

@@ -82,6 +82,7 @@ struct VarlenCase {
   bool with_lse = true;
   int64_t max_seqlen_q = -1, max_seqlen_k = -1;  // -1: the largest length
   Window window{};  // sliding window, per sequence (-1, -1: none)
+  float softcap = 0.f;
 };
 
 struct VarlenRun {
@@ -193,6 +194,7 @@ void setup(VarlenRun& r, const VarlenCase& c) {
   a.max_seqlen_k = c.max_seqlen_k >= 0 ? c.max_seqlen_k : max_k;
   a.causal = c.causal;
   a.window = c.window;
+  a.softcap = c.softcap;
 }
 
 void poison_outputs(VarlenRun& r) {
@@ -332,6 +334,7 @@ ForwardArgs slice_view(const VarlenRun& r, const Slice& s, void* out_ref, float*
   f.causal = r.c.causal;
   f.softmax_scale = r.args.softmax_scale;
   f.window = r.c.window;
+  f.softcap = r.c.softcap;
   return f;
 }
 
@@ -689,6 +692,7 @@ TEST(Sm90Varlen, SlidingWindow) {
         c.heads_kv = 2;
         c.len_q = {0, 1, 130, 300, 77, 257};
         c.len_k = {5, 1, 130, 100, 400, 0};
+        c.softcap = n % 2 == 0 ? 0.f : 5.f;  // every other window also softcapped
         run_and_check(c);
       }
     }

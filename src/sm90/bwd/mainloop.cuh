@@ -167,6 +167,8 @@ struct BwdMainloop {
     const int32_t* used_k;
     RowLayout row_layout;
     int window_left, window_right;  // the masked kernels' bounds, as the forward's (ws/mask.cuh)
+    ws::Softcap softcap;            // softcap.out == 0: off
+    float softcap_t;                // 1 / (softcap log2(e)): see softcap_grad
   };
 
   // One batch entry's place in the tensors and the workspace, and its lengths (see the forward's
@@ -220,7 +222,9 @@ struct BwdMainloop {
                   make_tma_copy(SM90_TMA_LOAD{}, rows(dpsum), Layout<Shape<BM>>{}, Shape<BM>{}, _1{}),
                   sq, sk, int(rl.head_stride), hq, hk, b, int(pr.group()), pr.scale * 1.4426950408889634f,
                   rows_q, rows_k, bext, pr.cu_seqlens_q, pr.cu_seqlens_k, pr.seqused_q, pr.seqused_k, rl,
-                  w.left, w.right};
+                  w.left, w.right,
+                  pr.softcap > 0.f ? ws::Softcap::make(pr.softcap, pr.scale) : ws::Softcap{0.f, 0.f},
+                  pr.softcap > 0.f ? 1.f / (pr.softcap * 1.4426950408889634f) : 0.f};
   }
 
   // Query blocks [m_begin, m_end) see at least one key of key block n_block (masked: query i sees
@@ -240,7 +244,8 @@ struct BwdMainloop {
       const int64_t d = int64_t(si.seqlen_k) - si.seqlen_q;
       const int64_t first_row = int64_t(n_block) * kBlockN - d - si.right;  // first query seeing key n_block*kBlockN
       const int64_t key_last = min((n_block + 1) * kBlockN, si.seqlen_k) - 1;
-      const int64_t last_row = min<int64_t>(key_last - d + si.left, si.seqlen_q - 1);  // last query seeing key_last
+      const int64_t reach = key_last - d + si.left;  // last query seeing key_last
+      const int64_t last_row = reach < si.seqlen_q - 1 ? reach : int64_t(si.seqlen_q) - 1;
       if (first_row >= si.seqlen_q || last_row < 0 || first_row > last_row) return {m_end, m_end};
       return {first_row <= 0 ? 0 : int(first_row / kBlockM), int(last_row / kBlockM) + 1};
     }
