@@ -8,7 +8,7 @@ from pathlib import Path
 
 # Must equal HOPATTN_ABI_VERSION in hopattn_c.h; checked at load so a stale .so fails loudly
 # instead of misreading structs.
-ABI_VERSION = 5
+ABI_VERSION = 6
 
 # enum hopattn_dtype
 DTYPE_BF16 = 0
@@ -41,7 +41,7 @@ class HopattnTensor(ctypes.Structure):
 
 
 class HopattnFwdArgs(ctypes.Structure):
-    """struct hopattn_fwd_args."""
+    """struct hopattn_fwd_args (ABI 6: the window fields, read only when has_window)."""
 
     _fields_ = [
         ("q", HopattnTensor),
@@ -52,6 +52,10 @@ class HopattnFwdArgs(ctypes.Structure):
         ("causal", ctypes.c_int32),
         ("has_softmax_scale", ctypes.c_int32),
         ("softmax_scale", ctypes.c_float),
+        ("has_window", ctypes.c_int32),
+        ("window_left", ctypes.c_int64),
+        ("window_right", ctypes.c_int64),
+        ("softcap", ctypes.c_float),  # 0: off (the sm90 kernels reject others; not exposed in Python yet)
     ]
 
 
@@ -72,6 +76,10 @@ class HopattnBwdArgs(ctypes.Structure):
         ("has_softmax_scale", ctypes.c_int32),
         ("softmax_scale", ctypes.c_float),
         ("deterministic", ctypes.c_int32),
+        ("has_window", ctypes.c_int32),
+        ("window_left", ctypes.c_int64),
+        ("window_right", ctypes.c_int64),
+        ("softcap", ctypes.c_float),  # 0: off (the sm90 kernels reject others; not exposed in Python yet)
     ]
 
 
@@ -95,6 +103,10 @@ class HopattnVarlenFwdArgs(ctypes.Structure):
         ("has_softmax_scale", ctypes.c_int32),
         ("softmax_scale", ctypes.c_float),
         ("check_index_values", ctypes.c_int32),
+        ("has_window", ctypes.c_int32),
+        ("window_left", ctypes.c_int64),
+        ("window_right", ctypes.c_int64),
+        ("softcap", ctypes.c_float),  # 0: off (the sm90 kernels reject others; not exposed in Python yet)
     ]
 
 
@@ -123,6 +135,10 @@ class HopattnVarlenBwdArgs(ctypes.Structure):
         ("softmax_scale", ctypes.c_float),
         ("deterministic", ctypes.c_int32),
         ("check_index_values", ctypes.c_int32),
+        ("has_window", ctypes.c_int32),
+        ("window_left", ctypes.c_int64),
+        ("window_right", ctypes.c_int64),
+        ("softcap", ctypes.c_float),  # 0: off (the sm90 kernels reject others; not exposed in Python yet)
     ]
 
 
@@ -370,16 +386,34 @@ def _contiguous_strides(sizes):
     return strides
 
 
-def make_fwd_args(q, k, v, out, lse, causal: bool, softmax_scale) -> HopattnFwdArgs:
-    """Pack HopattnTensors into HopattnFwdArgs; lse may be None (not computed)."""
+def _scale_fields(softmax_scale):
+    return (0, 0.0) if softmax_scale is None else (1, float(softmax_scale))
+
+
+_NO_WINDOW_FIELDS = (0, -1, -1)
+
+
+def _window_fields(window_size):
+    """(has_window, left, right) of the C structs; None or (-1, -1) is no window. The direct torch
+    route calls this on every call, so the common no-window tuple is answered first."""
+    if window_size is None or (type(window_size) is tuple and window_size == (-1, -1)):
+        return _NO_WINDOW_FIELDS
+    left, right = window_size
+    left, right = int(left), int(right)
+    return _NO_WINDOW_FIELDS if (left, right) == (-1, -1) else (1, left, right)
+
+
+def make_fwd_args(q, k, v, out, lse, causal: bool, softmax_scale, window_size=None) -> HopattnFwdArgs:
+    """Pack HopattnTensors into HopattnFwdArgs; lse may be None (not computed); window_size is
+    (left, right) with -1 for unbounded, or None."""
     if lse is None:
         lse = HopattnTensor()  # data NULL: the library skips lse
-    if softmax_scale is None:
-        return HopattnFwdArgs(q, k, v, out, lse, 1 if causal else 0, 0, 0.0)
-    return HopattnFwdArgs(q, k, v, out, lse, 1 if causal else 0, 1, float(softmax_scale))
+    has_scale, scale = _scale_fields(softmax_scale)
+    return HopattnFwdArgs(q, k, v, out, lse, 1 if causal else 0, has_scale, scale, *_window_fields(window_size), 0.0)
 
 
-def make_bwd_args(q, k, v, out, dout, lse, dq, dk, dv, causal: bool, softmax_scale, deterministic: bool) -> HopattnBwdArgs:
+def make_bwd_args(q, k, v, out, dout, lse, dq, dk, dv, causal: bool, softmax_scale, deterministic: bool,
+                  window_size=None) -> HopattnBwdArgs:
     """Pack HopattnTensors into HopattnBwdArgs; out and lse may be None (NULL tensors: the CPU
     reference recomputes them; the GPU path requires both)."""
     if out is None:
@@ -388,16 +422,14 @@ def make_bwd_args(q, k, v, out, dout, lse, dq, dk, dv, causal: bool, softmax_sca
         lse = HopattnTensor()
     has_scale, scale = (0, 0.0) if softmax_scale is None else (1, float(softmax_scale))
     return HopattnBwdArgs(
-        q, k, v, out, dout, lse, dq, dk, dv, 1 if causal else 0, has_scale, scale, 1 if deterministic else 0
+        q, k, v, out, dout, lse, dq, dk, dv, 1 if causal else 0, has_scale, scale, 1 if deterministic else 0,
+        *_window_fields(window_size), 0.0,
     )
 
 
-def _scale_fields(softmax_scale):
-    return (0, 0.0) if softmax_scale is None else (1, float(softmax_scale))
-
-
 def make_varlen_fwd_args(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q: int,
-                         max_seqlen_k: int, causal: bool, softmax_scale, check_index_values: bool) -> HopattnVarlenFwdArgs:
+                         max_seqlen_k: int, causal: bool, softmax_scale, check_index_values: bool,
+                         window_size=None) -> HopattnVarlenFwdArgs:
     """Pack HopattnTensors into HopattnVarlenFwdArgs; lse, seqused_q and seqused_k may be None
     (lse not computed; every token of each sequence used)."""
     absent = HopattnTensor
@@ -410,12 +442,13 @@ def make_varlen_fwd_args(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_
         absent() if seqused_k is None else seqused_k,
         max_seqlen_q, max_seqlen_k,
         1 if causal else 0, has_scale, scale, 1 if check_index_values else 0,
+        *_window_fields(window_size), 0.0,
     )
 
 
 def make_varlen_bwd_args(q, k, v, out, dout, lse, dq, dk, dv, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k,
                         max_seqlen_q: int, max_seqlen_k: int, causal: bool, softmax_scale, deterministic: bool,
-                        check_index_values: bool) -> HopattnVarlenBwdArgs:
+                        check_index_values: bool, window_size=None) -> HopattnVarlenBwdArgs:
     """Pack HopattnTensors into HopattnVarlenBwdArgs; seqused_q and seqused_k may be None (every
     token of each sequence used), lse None only to see the library's error (it is required)."""
     absent = HopattnTensor
@@ -429,6 +462,7 @@ def make_varlen_bwd_args(q, k, v, out, dout, lse, dq, dk, dv, cu_seqlens_q, cu_s
         absent() if seqused_k is None else seqused_k,
         max_seqlen_q, max_seqlen_k,
         1 if causal else 0, has_scale, scale, 1 if deterministic else 0, 1 if check_index_values else 0,
+        *_window_fields(window_size), 0.0,
     )
 
 

@@ -4,13 +4,13 @@
 #     out = flash_attn_interface.flash_attn_func(q, k, v, causal=True)
 #
 # Same function names, argument names, argument order, defaults and return conventions. What
-# hopattn computes maps one-to-one onto hopattn.attention; every argument that asks for something
-# hopattn does not do (sliding windows, softcapping, FP8 descales, split-KV tuning, ...) raises
-# NotImplementedError naming the argument, before any tensor is touched: a caller must never get
-# plain attention where it asked for something else. flash_attn_varlen_func maps onto
-# hopattn.varlen_attention (differentiable on CUDA tensors); flash_attn_with_kvcache maps onto
-# hopattn.attention_with_kvcache (forward only); flash_attn_combine and get_scheduler_metadata raise
-# until hopattn has those features.
+# hopattn computes maps one-to-one onto hopattn.attention, sliding windows (window_size) included;
+# every argument that asks for something hopattn does not do (softcapping, FP8 descales, split-KV
+# tuning, a window in the KV-cache call, ...) raises NotImplementedError naming the argument, before
+# any tensor is touched: a caller must never get plain attention where it asked for something else.
+# flash_attn_varlen_func maps onto hopattn.varlen_attention (differentiable on CUDA tensors);
+# flash_attn_with_kvcache maps onto hopattn.attention_with_kvcache (forward only);
+# flash_attn_combine and get_scheduler_metadata raise until hopattn has those features.
 #
 # Like the rest of hopattn this module never imports torch (the tensors passed in come from the
 # caller's torch), so importing it is cheap and works without torch.
@@ -25,7 +25,6 @@ __all__ = [
     "get_scheduler_metadata",
 ]
 
-_NO_WINDOW = (-1, -1)
 
 
 # --- unsupported arguments ----------------------------------------------------------------------
@@ -33,7 +32,7 @@ _NO_WINDOW = (-1, -1)
 
 def _is_no_window(window_size):
     try:
-        return tuple(window_size) == _NO_WINDOW
+        return tuple(window_size) == ops.NO_WINDOW
     except TypeError:  # not a sequence
         return False
 
@@ -45,7 +44,8 @@ _RULES = {
     "q_descale": (lambda x: x is None, "None (bf16/fp16 inputs; FP8 is hopattn.forward_fp8)"),
     "k_descale": (lambda x: x is None, "None (bf16/fp16 inputs; FP8 is hopattn.forward_fp8)"),
     "v_descale": (lambda x: x is None, "None (bf16/fp16 inputs; FP8 is hopattn.forward_fp8)"),
-    "window_size": (_is_no_window, "(-1, -1) (no sliding window)"),
+    # Only flash_attn_with_kvcache's: the KV-cache kernel has no sliding window (the others map it).
+    "window_size": (_is_no_window, "(-1, -1) (hopattn's KV-cache kernel has no sliding window)"),
     "attention_chunk": (lambda x: x == 0, "0 (no chunked attention)"),
     "softcap": (lambda x: x == 0, "0.0 (no softcapping)"),
     # Two tuning hints whose maths is the same either way are accepted: num_splits 0 ("let the
@@ -90,6 +90,18 @@ def _not_yet(function, feature, arguments, hint=""):
     raise NotImplementedError(f"{function}: {feature} ({arguments}) is not implemented in hopattn yet{hint}")
 
 
+def _window(window_size, causal):
+    """FA3's window_size as hopattn's: with causal FA3 sets the right bound to 0 whatever was passed
+    (mha_fwd: `if (is_causal) { window_size_right = 0; }`), and callers rely on it, e.g. Transformers
+    passes window_size=(w, w) with causal=True for sliding-window layers. hopattn rejects a right
+    bound > 0 with causal, so do as FA3 does (-1 stays: with causal hopattn reads it as 0 too).
+    The form is checked as hopattn.attention checks it."""
+    window = ops._check_window(window_size)
+    if causal and window[1] != -1:
+        window = (window[0], 0)
+    return window
+
+
 # --- supported ----------------------------------------------------------------------------------
 
 
@@ -101,7 +113,7 @@ def flash_attn_func(
     causal=False,
     qv=None,
     q_descale=None, k_descale=None, v_descale=None,
-    window_size=(-1, -1),
+    window_size=ops.NO_WINDOW,
     attention_chunk=0,
     softcap=0.0,
     num_splits=1,
@@ -114,8 +126,9 @@ def flash_attn_func(
 
     q: (batch, seqlen_q, nheads, headdim); k, v: (batch, seqlen_k, nheads_k, headdim) with nheads a
     multiple of nheads_k (MQA/GQA). causal: mask aligned to the bottom-right corner (a row that sees
-    no key gives 0). softmax_scale defaults to 1/sqrt(headdim). deterministic makes the backward
-    bitwise reproducible.
+    no key gives 0). window_size=(left, right): sliding window, bottom-right aligned, -1 unbounded
+    (with causal the right bound is 0, as in FA3). softmax_scale defaults to 1/sqrt(headdim).
+    deterministic makes the backward bitwise reproducible.
 
     Returns out (batch, seqlen_q, nheads, headdim); with return_attn_probs=True, (out, softmax_lse)
     with softmax_lse (batch, nheads, seqlen_q) float32, as FA3 does (no probabilities).
@@ -125,14 +138,14 @@ def flash_attn_func(
     """
     _reject_unsupported(
         "flash_attn_func",
-        qv=qv, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, window_size=window_size,
-        attention_chunk=attention_chunk, softcap=softcap, num_splits=num_splits, pack_gqa=pack_gqa,
-        sm_margin=sm_margin,
+        qv=qv, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, attention_chunk=attention_chunk,
+        softcap=softcap, num_splits=num_splits, pack_gqa=pack_gqa, sm_margin=sm_margin,
     )
+    window = _window(window_size, causal)
     q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
     return ops.attention(
         q, k, v, causal=causal, softmax_scale=softmax_scale, return_lse=bool(return_attn_probs),
-        deterministic=deterministic,
+        deterministic=deterministic, window_size=window,
     )
 
 
@@ -149,7 +162,7 @@ def flash_attn_qkvpacked_func(
     softmax_scale=None,
     causal=False,
     q_descale=None, k_descale=None, v_descale=None,
-    window_size=(-1, -1),
+    window_size=ops.NO_WINDOW,
     attention_chunk=0,
     softcap=0.0,
     deterministic=False,
@@ -160,16 +173,17 @@ def flash_attn_qkvpacked_func(
     """flash_attn_func on one packed tensor: qkv (batch, seqlen, 3, nheads, headdim), or with
     num_heads_q (GQA) qkv (batch, seqlen, num_heads_q + 2 * nheads_k, headdim) holding q's heads,
     then k's, then v's. q, k and v are strided views of qkv: nothing is copied, and the gradient
-    lands in one tensor shaped like qkv."""
+    lands in one tensor shaped like qkv. window_size as for flash_attn_func."""
     _reject_unsupported(
         "flash_attn_qkvpacked_func",
-        q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, window_size=window_size,
-        attention_chunk=attention_chunk, softcap=softcap, sm_margin=sm_margin,
+        q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, attention_chunk=attention_chunk,
+        softcap=softcap, sm_margin=sm_margin,
     )
+    window = _window(window_size, causal)
     q, k, v = _unpack_qkv(qkv, num_heads_q)
     return ops.attention(
         q, k, v, causal=causal, softmax_scale=softmax_scale, return_lse=bool(return_attn_probs),
-        deterministic=deterministic,
+        deterministic=deterministic, window_size=window,
     )
 
 
@@ -205,7 +219,7 @@ def flash_attn_varlen_func(
     causal=False,
     qv=None,
     q_descale=None, k_descale=None, v_descale=None,
-    window_size=(-1, -1),
+    window_size=ops.NO_WINDOW,
     attention_chunk=0,
     softcap=0.0,
     num_splits=1,
@@ -220,7 +234,8 @@ def flash_attn_varlen_func(
     q: (total_q, nheads, headdim); k, v: (total_k, nheads_k, headdim); cu_seqlens_q, cu_seqlens_k:
     int32 (batch + 1,) prefix sums of the sequence lengths; max_seqlen_q, max_seqlen_k: the longest
     sequence of each side; seqused_q, seqused_k: optional int32 (batch,), use only the first
-    seqused[b] tokens of sequence b. causal is bottom-right aligned per sequence.
+    seqused[b] tokens of sequence b. causal is bottom-right aligned per sequence, and so is
+    window_size=(left, right) (with causal the right bound is 0, as in FA3).
 
     Returns out (total_q, nheads, headdim); with return_attn_probs=True, (out, softmax_lse) with
     softmax_lse (nheads, total_q) float32, as FA3 does (no probabilities).
@@ -232,14 +247,15 @@ def flash_attn_varlen_func(
     """
     _reject_unsupported(
         "flash_attn_varlen_func",
-        qv=qv, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, window_size=window_size,
-        attention_chunk=attention_chunk, softcap=softcap, num_splits=num_splits, pack_gqa=pack_gqa,
-        sm_margin=sm_margin,
+        qv=qv, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, attention_chunk=attention_chunk,
+        softcap=softcap, num_splits=num_splits, pack_gqa=pack_gqa, sm_margin=sm_margin,
     )
+    window = _window(window_size, causal)
     q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
     return varlen.varlen_attention(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=causal, softmax_scale=softmax_scale,
         seqused_q=seqused_q, seqused_k=seqused_k, return_lse=bool(return_attn_probs), deterministic=deterministic,
+        window_size=window,
     )
 
 
@@ -265,7 +281,7 @@ def flash_attn_with_kvcache(
     v_descale=None,
     softmax_scale=None,
     causal=False,
-    window_size=(-1, -1),
+    window_size=ops.NO_WINDOW,
     attention_chunk=0,
     softcap=0.0,
     rotary_interleaved=True,
@@ -291,7 +307,8 @@ def flash_attn_with_kvcache(
     with softmax_lse (batch, nheads, seqlen_q) float32, as FA3 does.
 
     Rotary embeddings, cache_batch_idx, cache_leftpad, varlen q/new keys, scheduler metadata,
-    sliding windows, softcapping and FP8 descales are not supported: any non-default value raises
+    sliding windows (the KV-cache kernel has none; flash_attn_func and flash_attn_varlen_func take
+    one), softcapping and FP8 descales are not supported: any non-default value raises
     NotImplementedError naming the argument (see docs/python.md).
     """
     _reject_unsupported(

@@ -3,15 +3,21 @@
 # torch_ops.py when torch traces or transforms the call, e.g. under torch.compile; capturable in
 # CUDA graphs either way) or numpy arrays (CPU reference), attention_backward()
 # (numpy gradients through the CPU reference), attention_reference() (CUDA reference kernel), and build/device
-# queries. torch is never imported here: a torch tensor can only exist if the caller already
-# imported torch.
+# queries. Each of them takes FlashAttention's sliding window, window_size=(left, right). torch is
+# never imported here: a torch tensor can only exist if the caller already imported torch.
 import ctypes
+import operator
 import struct
 import sys
 
 from . import _lib
 
 _LAYOUT = "(batch, seqlen, heads, head_dim)"
+_INT64_LIMIT = 1 << 63
+
+# FlashAttention's window_size spelling of "no window": -1 is unbounded on that side. The public
+# signatures default to this very object, so the common call skips _check_window's work.
+NO_WINDOW = (-1, -1)
 
 
 def _torch_module_of(x):
@@ -34,6 +40,30 @@ def _check_scale(softmax_scale):
         return
     if isinstance(softmax_scale, bool) or not hasattr(softmax_scale, "__float__"):
         raise TypeError(f"softmax_scale must be a float or None, got {type(softmax_scale).__name__}")
+
+
+def _check_int64(name, x):
+    """x as an int (anything with __index__, not bool) that fits a C int64 field: ctypes would
+    silently wrap a larger one. The value itself is the library's to check."""
+    if isinstance(x, bool) or not hasattr(x, "__index__"):
+        raise TypeError(f"{name} must be an int, got {type(x).__name__}")
+    x = operator.index(x)
+    if not -_INT64_LIMIT <= x < _INT64_LIMIT:
+        raise _lib.InvalidArgumentError(f"{name}={x} does not fit in int64")
+    return x
+
+
+def _check_window(window_size):
+    """window_size (a tuple or list of two ints, -1 meaning unbounded on that side: FlashAttention's
+    window_size) as a tuple of two ints. Only its form is checked here; its values (>= -1; right -1
+    or 0 with causal) are the library's, so every binding and route reports them alike
+    ("window.left=-2 must be >= 0, or -1 for unbounded")."""
+    if window_size is NO_WINDOW:
+        return NO_WINDOW
+    if not isinstance(window_size, (tuple, list)) or len(window_size) != 2:
+        raise TypeError(f"window_size must be a (left, right) pair of ints (-1: unbounded), got {window_size!r}")
+    left, right = window_size
+    return _check_int64("window_size[0] (left)", left), _check_int64("window_size[1] (right)", right)
 
 
 # --- torch ----------------------------------------------------------------------------------------
@@ -215,8 +245,10 @@ class _Direct:
         self.raw_stream = getattr(C, "_cuda_getCurrentRawStream", None) or self._raw_stream
         self.FwdArgs = _lib.HopattnFwdArgs
         self.BwdArgs = _lib.HopattnBwdArgs
-        self.pack_fwd = _packer(_lib.HopattnFwdArgs, 5, (1, 1, 0.5))
-        self.pack_bwd = _packer(_lib.HopattnBwdArgs, 9, (1, 1, 0.5, 1))
+        # Sample tails: causal, has_softmax_scale, softmax_scale (and the backward's deterministic), then
+        # has_window and bounds that need all 64 bits, then softcap.
+        self.pack_fwd = _packer(_lib.HopattnFwdArgs, 5, (1, 1, 0.5, 1, 1 << 40, -(1 << 35), 0.25))
+        self.pack_bwd = _packer(_lib.HopattnBwdArgs, 9, (1, 1, 0.5, 1, 1, 1 << 40, -(1 << 35), 0.25))
         self.lib = None  # loaded by the first kernel call, after the inputs are checked
         self.apply = _make_direct_function(torch, self)
 
@@ -286,9 +318,10 @@ def _check_qkv(st, q, k, v):
     return qc, kc, vc
 
 
-def _fwd_args(st, q, k, v, out, lse, qs, ks, vs, qc, kc, vc, causal, softmax_scale):
+def _fwd_args(st, q, k, v, out, lse, qs, ks, vs, qc, kc, vc, causal, softmax_scale, window=NO_WINDOW):
     """HopattnFwdArgs for _direct_forward: out fresh and contiguous like q (shape qs), lse fresh
-    (b, h, s) float32 or None; byte for byte what _lib.make_fwd_args gives for the same tensors."""
+    (b, h, s) float32 or None, window checked by _check_window; byte for byte what
+    _lib.make_fwd_args gives for the same tensors."""
     pack = st.pack_fwd
     # make_tensor substitutes strides for empty tensors and size-1 last dims: those take its path.
     if pack is not None and qs[3] != 1 and ks[3] != 1 and vs[3] != 1 and 0 not in qs and 0 not in ks and 0 not in vs:
@@ -304,6 +337,8 @@ def _fwd_args(st, q, k, v, out, lse, qs, ks, vs, qc, kc, vc, causal, softmax_sca
                 *(_NO_TENSOR if lse is None else (lse.data_ptr(), _lib.DTYPE_FP32, 3, b, hq, sq, 0, hq * sq, sq, 1, 0)),
                 1 if causal else 0,
                 *((0, 0.0) if softmax_scale is None else (1, float(softmax_scale))),
+                *_lib._window_fields(window),
+                0.0,  # softcap: off
             )
             return args
         except _PACK_ERRORS:  # e.g. a scale beyond float32's range: ctypes' conversion decides, as before
@@ -317,13 +352,15 @@ def _fwd_args(st, q, k, v, out, lse, qs, ks, vs, qc, kc, vc, causal, softmax_sca
         _torch_tensor(torch, "lse", lse) if lse is not None else None,
         causal,
         softmax_scale,
+        window,
     )
 
 
-def _direct_forward(st, c_name, what, q, k, v, causal, softmax_scale, with_lse):
+def _direct_forward(st, c_name, what, q, k, v, causal, softmax_scale, with_lse, window=NO_WINDOW):
     """Run the forward kernel `c_name` of the library ('hopattn_forward' or
     'hopattn_forward_reference_cuda') on q's device and its current stream. q is a torch.Tensor.
-    Returns (out, lse) with with_lse, else out (the library then skips lse).
+    Returns (out, lse) with with_lse, else out (the library then skips lse). window: a
+    (left, right) pair of ints (_check_window), NO_WINDOW for none.
 
     The per-call host cost of hopattn.attention is mostly this function, so it is kept flat:
     _check_torch_inputs' rules in a few C calls (its own error on any failure), one allocation
@@ -335,7 +372,7 @@ def _direct_forward(st, c_name, what, q, k, v, causal, softmax_scale, with_lse):
     # out: contiguous, q's dtype and device, like _torch_forward_outputs (empty_like parses least).
     out = st.empty_like(q, memory_format=st.contiguous_format)
     lse = q.new_empty((b, hq, sq), dtype=st.float32) if with_lse else None
-    args = _fwd_args(st, q, k, v, out, lse, qs, ks, vs, qc, kc, vc, causal, softmax_scale)
+    args = _fwd_args(st, q, k, v, out, lse, qs, ks, vs, qc, kc, vc, causal, softmax_scale, window)
     fn = getattr(st.lib or st.load(), c_name)
     if st.current_device() == dev:
         status = fn(args, st.raw_stream(dev))  # ctypes passes the struct by reference
@@ -360,7 +397,7 @@ def _tensor_fields(t, code):
     return (t.data_ptr(), code, 4, *sizes, *t.stride())
 
 
-def _bwd_args(st, q, k, v, out, dout, lse, dq, dk, dv, codes, causal, softmax_scale, deterministic):
+def _bwd_args(st, q, k, v, out, dout, lse, dq, dk, dv, codes, causal, softmax_scale, deterministic, window=NO_WINDOW):
     """HopattnBwdArgs (codes: q's, k's and v's dtype codes; dout in q's dtype, dq, dk, dv
     empty_like q, k, v); byte for byte what _lib.make_bwd_args gives for the same tensors."""
     pack = st.pack_bwd
@@ -391,6 +428,8 @@ def _bwd_args(st, q, k, v, out, dout, lse, dq, dk, dv, codes, causal, softmax_sc
                     1 if causal else 0,
                     *((0, 0.0) if softmax_scale is None else (1, float(softmax_scale))),
                     1 if deterministic else 0,
+                    *_lib._window_fields(window),
+                    0.0,  # softcap: off
                 )
                 return args
             except _PACK_ERRORS:
@@ -409,19 +448,21 @@ def _bwd_args(st, q, k, v, out, dout, lse, dq, dk, dv, codes, causal, softmax_sc
         causal,
         softmax_scale,
         deterministic,
+        window,
     )
 
 
 _BWD_WORKSPACE_ALIGNMENT = 256
 
 
-def _direct_backward(st, q, k, v, out, dout, lse, causal, softmax_scale, deterministic):
-    """dq, dk, dv (torch.empty_like q, k, v) from hopattn_backward on q's device and current stream."""
+def _direct_backward(st, q, k, v, out, dout, lse, causal, softmax_scale, deterministic, window=NO_WINDOW):
+    """dq, dk, dv (torch.empty_like q, k, v) from hopattn_backward on q's device and current stream;
+    causal, softmax_scale and window those of the forward call that produced out and lse."""
     codes = _check_qkv(st, q, k, v)
     torch = st.torch
     dout = _torch_dout(torch, dout, q)
     dq, dk, dv = _torch_grad_outputs(torch, q, k, v)
-    args = _bwd_args(st, q, k, v, out, dout, lse, dq, dk, dv, codes, causal, softmax_scale, deterministic)
+    args = _bwd_args(st, q, k, v, out, dout, lse, dq, dk, dv, codes, causal, softmax_scale, deterministic, window)
     lib = st.lib or st.load()
     dev = q.get_device()
     prev = None
@@ -492,24 +533,27 @@ def _direct_autograd(torch, st, name, run_forward, run_backward, n_inputs):
 
 def _make_direct_function(torch, st):
     """hopattn.attention's autograd on the direct path when a gradient is needed. It saves and
-    recomputes exactly what hopattn::fwd's registered autograd does: q, k, v, out and lse."""
+    recomputes exactly what hopattn::fwd's registered autograd does: q, k, v, out and lse (and
+    keeps the options, the window included, for the backward)."""
 
-    def run_forward(ctx, q, k, v, causal, softmax_scale, return_lse, deterministic):
-        out, lse = _direct_forward(st, "hopattn_forward", "hopattn forward", q, k, v, causal, softmax_scale, True)
+    def run_forward(ctx, q, k, v, causal, softmax_scale, return_lse, deterministic, window):
+        out, lse = _direct_forward(st, "hopattn_forward", "hopattn forward", q, k, v, causal, softmax_scale, True,
+                                   window)
         ctx.save_for_backward(q, k, v, out, lse)  # the backward recomputes P from lse
-        ctx.hopattn_args = (causal, softmax_scale, deterministic)
+        ctx.hopattn_args = (causal, softmax_scale, deterministic, window)
         return out, lse, return_lse
 
     def run_backward(ctx, dout):
         q, k, v, out, lse = ctx.saved_tensors
-        causal, softmax_scale, deterministic = ctx.hopattn_args
+        causal, softmax_scale, deterministic, window = ctx.hopattn_args
         if torch.compiler.is_compiling():  # compiled autograd traces this: the op is traceable
-            dq, dk, dv = _torch_ops_module().bwd(dout, q, k, v, out, lse, causal, softmax_scale, deterministic)
+            dq, dk, dv = _torch_ops_module().bwd(dout, q, k, v, out, lse, causal, softmax_scale, deterministic,
+                                                 *window)
         else:
-            dq, dk, dv = _direct_backward(st, q, k, v, out, dout, lse, causal, softmax_scale, deterministic)
-        return dq, dk, dv, None, None, None, None
+            dq, dk, dv = _direct_backward(st, q, k, v, out, dout, lse, causal, softmax_scale, deterministic, window)
+        return dq, dk, dv, None, None, None, None, None
 
-    return _direct_autograd(torch, st, "HopattnAttentionFunction", run_forward, run_backward, 7)
+    return _direct_autograd(torch, st, "HopattnAttentionFunction", run_forward, run_backward, 8)
 
 
 def _torch_ops_module():
@@ -567,7 +611,7 @@ def _check_numpy_inputs(named_arrays, ndim=4, layout=_LAYOUT):
             raise _lib.InvalidArgumentError(f"{name}: expected {ndim} dims {layout}, got shape {a.shape}")
 
 
-def _run_numpy(q, k, v, causal, softmax_scale, return_lse):
+def _run_numpy(q, k, v, causal, softmax_scale, return_lse, window=NO_WINDOW):
     import numpy as np
 
     _check_numpy_inputs((("q", q), ("k", k), ("v", v)))
@@ -582,13 +626,14 @@ def _run_numpy(q, k, v, causal, softmax_scale, return_lse):
         _numpy_tensor("lse", lse) if lse is not None else None,
         causal,
         softmax_scale,
+        window,
     )
     # q, k, v, out and lse stay referenced by this frame, so their buffers outlive the call.
     _lib.check(_lib.load().hopattn_forward_cpu(ctypes.byref(args)), "hopattn CPU reference")
     return (out, lse) if return_lse else out
 
 
-def _run_numpy_backward(q, k, v, dout, causal, softmax_scale):
+def _run_numpy_backward(q, k, v, dout, causal, softmax_scale, window=NO_WINDOW):
     import numpy as np
 
     _check_numpy_inputs((("q", q), ("k", k), ("v", v), ("dout", dout)))
@@ -609,6 +654,7 @@ def _run_numpy_backward(q, k, v, dout, causal, softmax_scale):
         causal,
         softmax_scale,
         False,  # the CPU reference is deterministic anyway
+        window,
     )
     _lib.check(_lib.load().hopattn_backward_cpu(ctypes.byref(args)), "hopattn CPU reference backward")
     return dq, dk, dv
@@ -617,7 +663,7 @@ def _run_numpy_backward(q, k, v, dout, causal, softmax_scale):
 # --- public API -----------------------------------------------------------------------------------
 
 
-def attention(q, k, v, causal=False, softmax_scale=None, return_lse=False, deterministic=False):
+def attention(q, k, v, causal=False, softmax_scale=None, return_lse=False, deterministic=False, window_size=NO_WINDOW):
     """Exact softmax attention; differentiable on torch tensors.
 
     q: (batch, seqlen_q, heads_q, head_dim); k, v: (batch, seqlen_k, heads_kv, head_dim), with
@@ -630,6 +676,12 @@ def attention(q, k, v, causal=False, softmax_scale=None, return_lse=False, deter
 
     causal: bottom-right aligned mask (query i sees key j iff j <= i + seqlen_k - seqlen_q); a row
     that sees no key gets out = 0 and lse = -inf. softmax_scale defaults to 1/sqrt(head_dim).
+    window_size: (left, right) sliding window, FlashAttention's: query i sees key j iff
+    i + seqlen_k - seqlen_q - left <= j <= i + seqlen_k - seqlen_q + right (bottom-right aligned
+    like causal), -1 leaving that side unbounded; (-1, -1), the default, is no window. causal is
+    the window's right = 0, so with causal=True right must be -1 or 0. The backward uses the same
+    window. Python checks only that it is a pair of ints; the library rejects bad values
+    (below -1, or right > 0 with causal) with InvalidArgumentError naming window.left/window.right.
 
     Returns out (batch, seqlen_q, heads_q, head_dim), contiguous, q's dtype; with return_lse=True
     returns (out, lse) where lse (batch, heads_q, seqlen_q) float32 is the natural-log
@@ -652,6 +704,7 @@ def attention(q, k, v, causal=False, softmax_scale=None, return_lse=False, deter
     route when a gradient is needed.
     """
     _check_scale(softmax_scale)
+    window = _check_window(window_size)
     torch = _torch_module_of(q)
     if torch is not None:
         # Plain eager: the direct route. is_compiling() comes first: dynamo reads it as True, so a
@@ -670,62 +723,66 @@ def attention(q, k, v, causal=False, softmax_scale=None, return_lse=False, deter
                 if not st.function_modes():
                     if st.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
                         scale = None if softmax_scale is None else float(softmax_scale)
-                        return st.apply(q, k, v, bool(causal), scale, bool(return_lse), bool(deterministic))
+                        return st.apply(q, k, v, bool(causal), scale, bool(return_lse), bool(deterministic), window)
                     return _direct_forward(
-                        st, "hopattn_forward", "hopattn forward", q, k, v, causal, softmax_scale, return_lse
+                        st, "hopattn_forward", "hopattn forward", q, k, v, causal, softmax_scale, return_lse, window
                     )
                 if _only_device_modes(st):
                     # Under torch.device(...) / set_default_device every tensor method would detour
                     # through the mode's Python handler; the direct route names its devices anyway.
                     # With torch functions disabled no mode is enabled, so this call goes direct.
                     with st.disable_torch_function():
-                        return attention(q, k, v, causal, softmax_scale, return_lse, deterministic)
+                        return attention(q, k, v, causal, softmax_scale, return_lse, deterministic, window)
         # The op route. Checked here, before dispatch: the custom op would route a CPU tensor to its
         # CPU-reference kernel and reject a non-tensor with a schema error instead of these messages.
         _check_torch_inputs(torch, q, k, v)
         scale = None if softmax_scale is None else float(softmax_scale)
-        out, lse = _torch_ops_module().fwd(q, k, v, bool(causal), scale, bool(deterministic))
+        out, lse = _torch_ops_module().fwd(q, k, v, bool(causal), scale, bool(deterministic), *window)
         return (out, lse) if return_lse else out
     if _is_numpy_array(q):
-        return _run_numpy(q, k, v, causal, softmax_scale, return_lse)
+        return _run_numpy(q, k, v, causal, softmax_scale, return_lse, window)
     raise TypeError(f"q: expected a torch.Tensor (CUDA) or numpy.ndarray, got {type(q).__name__}")
 
 
-def attention_backward(q, k, v, dout, causal=False, softmax_scale=None):
-    """Gradients (dq, dk, dv) of attention(q, k, v, causal, softmax_scale) given dout = dL/dout, on
-    numpy arrays through the CPU reference (double accumulation; out and lse are recomputed).
+def attention_backward(q, k, v, dout, causal=False, softmax_scale=None, window_size=NO_WINDOW):
+    """Gradients (dq, dk, dv) of attention(q, k, v, causal, softmax_scale, window_size=window_size)
+    given dout = dL/dout, on numpy arrays through the CPU reference (double accumulation; out and
+    lse are recomputed).
 
     q, k, v as for attention(); dout like out: (batch, seqlen_q, heads_q, head_dim) in q's dtype,
     any strides with a contiguous last dim. Returns new C-contiguous arrays dq (like q), dk, dv
     (like k, v; with GQA summed over the query heads of each group), all in q's dtype (float32 or
-    float16). Rows that see no key contribute nothing (their dq is 0).
+    float16). Rows that see no key contribute nothing (their dq is 0), nor do keys outside every
+    row's window (their dk and dv are 0).
 
     For torch tensors use autograd instead: hopattn.attention(q, k, v).backward(dout).
     """
     _check_scale(softmax_scale)
+    window = _check_window(window_size)
     if _torch_module_of(q) is not None:
         raise TypeError(
             "q: attention_backward takes numpy arrays; for torch tensors use autograd "
             "(out = hopattn.attention(q, k, v, ...); out.backward(dout))"
         )
     if _is_numpy_array(q):
-        return _run_numpy_backward(q, k, v, dout, causal, softmax_scale)
+        return _run_numpy_backward(q, k, v, dout, causal, softmax_scale, window)
     raise TypeError(f"q: expected a numpy.ndarray, got {type(q).__name__}")
 
 
-def attention_reference(q, k, v, causal=False, softmax_scale=None, return_lse=False):
+def attention_reference(q, k, v, causal=False, softmax_scale=None, return_lse=False, window_size=NO_WINDOW):
     """Same forward contract as attention(), computed by the simple CUDA reference kernel (torch
     tensors; any head_dim up to 512, any CUDA GPU) or the CPU reference (numpy arrays). For tests;
     not differentiable (the result carries no autograd history)."""
     _check_scale(softmax_scale)
+    window = _check_window(window_size)
     torch = _torch_module_of(q)
     if torch is not None:
         return _direct_forward(
             _direct(torch), "hopattn_forward_reference_cuda", "hopattn CUDA reference", q, k, v, causal, softmax_scale,
-            return_lse,
+            return_lse, window,
         )
     if _is_numpy_array(q):
-        return _run_numpy(q, k, v, causal, softmax_scale, return_lse)
+        return _run_numpy(q, k, v, causal, softmax_scale, return_lse, window)
     raise TypeError(f"q: expected a torch.Tensor (CUDA) or numpy.ndarray, got {type(q).__name__}")
 
 

@@ -1,17 +1,24 @@
 # hopattn's PyTorch custom operators, registered with torch.library when this module is imported:
 #
-#   torch.ops.hopattn.fwd(q, k, v, causal=False, softmax_scale=None, deterministic=False) -> (out, lse)
-#   torch.ops.hopattn.bwd(dout, q, k, v, out, lse, causal, softmax_scale, deterministic) -> (dq, dk, dv)
+#   torch.ops.hopattn.fwd(q, k, v, causal=False, softmax_scale=None, deterministic=False,
+#                         window_left=-1, window_right=-1) -> (out, lse)
+#   torch.ops.hopattn.bwd(dout, q, k, v, out, lse, causal, softmax_scale, deterministic,
+#                         window_left=-1, window_right=-1) -> (dq, dk, dv)
 #   torch.ops.hopattn.fwd_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
 #                                seqused_q=None, seqused_k=None, causal=False, softmax_scale=None,
-#                                check_index_values=False, deterministic=False) -> (out, lse)
+#                                check_index_values=False, deterministic=False, window_left=-1,
+#                                window_right=-1) -> (out, lse)
 #   torch.ops.hopattn.bwd_varlen(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
 #                                max_seqlen_k, seqused_q, seqused_k, causal, softmax_scale,
-#                                deterministic) -> (dq, dk, dv)
+#                                deterministic, window_left=-1, window_right=-1) -> (dq, dk, dv)
 #   torch.ops.hopattn.fwd_kvcache(q, k_cache!, v_cache!, cache_seqlens, k=None, v=None, page_table=None,
 #                                 causal=False, softmax_scale=None, num_splits=0,
 #                                 check_index_values=False) -> (out, lse)
 #       (mutates k_cache and v_cache: k/v are appended in place; forward only, no autograd)
+#
+# window_left/window_right are hopattn.attention's window_size=(left, right), as two ints because
+# a schema has no int pairs; appended last with the defaults of "no window" (-1, -1), so graphs and
+# callers from before the window keep working. The backward ops take the forward's window.
 #
 # Being real operators (not Python code around a ctypes call) is what lets torch.compile trace
 # them as single graph nodes (no graph break), lets autograd and AOTAutograd see the backward, and
@@ -64,11 +71,14 @@ def _fwd(
     causal: bool = False,
     softmax_scale: Optional[float] = None,
     deterministic: bool = False,
+    window_left: int = -1,
+    window_right: int = -1,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """out (batch, seqlen_q, heads_q, head_dim) in q's dtype and lse (batch, heads_q, seqlen_q)
     float32; see hopattn.attention. deterministic only reaches the backward (autograd keeps it)."""
     st = ops._direct(torch)
-    return ops._direct_forward(st, "hopattn_forward", "hopattn forward", q, k, v, causal, softmax_scale, True)
+    return ops._direct_forward(st, "hopattn_forward", "hopattn forward", q, k, v, causal, softmax_scale, True,
+                               (window_left, window_right))
 
 
 @torch.library.custom_op("hopattn::bwd", mutates_args=(), device_types="cuda")
@@ -82,9 +92,12 @@ def _bwd(
     causal: bool,
     softmax_scale: Optional[float],
     deterministic: bool,
+    window_left: int = -1,
+    window_right: int = -1,
 ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dq, dk, dv (empty_like q, k, v, then written by the sm90 backward) given dout = dL/dout."""
-    return ops._direct_backward(ops._direct(torch), q, k, v, out, dout, lse, causal, softmax_scale, deterministic)
+    return ops._direct_backward(ops._direct(torch), q, k, v, out, dout, lse, causal, softmax_scale, deterministic,
+                                (window_left, window_right))
 
 
 @torch.library.custom_op("hopattn::fwd_varlen", mutates_args=(), device_types="cuda")
@@ -102,11 +115,13 @@ def _fwd_varlen(
     softmax_scale: Optional[float] = None,
     check_index_values: bool = False,
     deterministic: bool = False,
+    window_left: int = -1,
+    window_right: int = -1,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """out (total_q, heads_q, head_dim) in q's dtype and lse (heads_q, total_q) float32; see
     hopattn.varlen_attention. deterministic only reaches the backward (autograd keeps it)."""
     return varlen._op_forward(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q,
-                              seqused_k, causal, softmax_scale, check_index_values)
+                              seqused_k, causal, softmax_scale, check_index_values, (window_left, window_right))
 
 
 @torch.library.custom_op("hopattn::bwd_varlen", mutates_args=(), device_types="cuda")
@@ -126,11 +141,13 @@ def _bwd_varlen(
     causal: bool,
     softmax_scale: Optional[float],
     deterministic: bool,
+    window_left: int = -1,
+    window_right: int = -1,
 ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dq, dk, dv (zeros_like q, k, v, then written by the sm90 varlen backward) given dout = dL/dout
     of a fwd_varlen call with the same arguments."""
     return varlen._op_backward(torch, dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                               seqused_q, seqused_k, causal, softmax_scale, deterministic)
+                               seqused_q, seqused_k, causal, softmax_scale, deterministic, (window_left, window_right))
 
 
 @torch.library.custom_op("hopattn::fwd_kvcache", mutates_args=("k_cache", "v_cache"), device_types="cuda")
@@ -170,19 +187,19 @@ def _cpu_tensor(name, t):
 
 
 @_fwd.register_kernel("cpu")
-def _fwd_cpu(q, k, v, causal=False, softmax_scale=None, deterministic=False):
+def _fwd_cpu(q, k, v, causal=False, softmax_scale=None, deterministic=False, window_left=-1, window_right=-1):
     _check_shapes(q, k, v)
     out, lse = ops._torch_forward_outputs(torch, q)
     args = _lib.make_fwd_args(
         _cpu_tensor("q", q), _cpu_tensor("k", k), _cpu_tensor("v", v),
-        _cpu_tensor("out", out), _cpu_tensor("lse", lse), causal, softmax_scale,
+        _cpu_tensor("out", out), _cpu_tensor("lse", lse), causal, softmax_scale, (window_left, window_right),
     )
     _lib.check(_lib.load().hopattn_forward_cpu(ctypes.byref(args)), "hopattn CPU reference")
     return out, lse
 
 
 @_bwd.register_kernel("cpu")
-def _bwd_cpu(dout, q, k, v, out, lse, causal, softmax_scale, deterministic):
+def _bwd_cpu(dout, q, k, v, out, lse, causal, softmax_scale, deterministic, window_left=-1, window_right=-1):
     _check_shapes(q, k, v)
     dout = ops._torch_dout(torch, dout, q)  # q's dtype, dense rows (autograd may pass expanded grads)
     dq, dk, dv = ops._torch_grad_outputs(torch, q, k, v)
@@ -191,7 +208,7 @@ def _bwd_cpu(dout, q, k, v, out, lse, causal, softmax_scale, deterministic):
         _cpu_tensor("q", q), _cpu_tensor("k", k), _cpu_tensor("v", v), _cpu_tensor("out", out),
         _cpu_tensor("dout", dout), _cpu_tensor("lse", lse),
         _cpu_tensor("dq", dq), _cpu_tensor("dk", dk), _cpu_tensor("dv", dv),
-        causal, softmax_scale, deterministic,
+        causal, softmax_scale, deterministic, (window_left, window_right),
     )
     _lib.check(_lib.load().hopattn_backward_cpu(ctypes.byref(args)), "hopattn CPU reference backward")
     return dq, dk, dv
@@ -199,18 +216,20 @@ def _bwd_cpu(dout, q, k, v, out, lse, causal, softmax_scale, deterministic):
 
 @_fwd_varlen.register_kernel("cpu")
 def _fwd_varlen_cpu(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q=None, seqused_k=None,
-                    causal=False, softmax_scale=None, check_index_values=False, deterministic=False):
+                    causal=False, softmax_scale=None, check_index_values=False, deterministic=False, window_left=-1,
+                    window_right=-1):
     # The CPU reference always checks the index values: check_index_values has nothing to add.
     return varlen._op_forward(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q,
-                              seqused_k, causal, softmax_scale, False, require_cuda=False)
+                              seqused_k, causal, softmax_scale, False, (window_left, window_right), require_cuda=False)
 
 
 @_bwd_varlen.register_kernel("cpu")
 def _bwd_varlen_cpu(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q,
-                    seqused_k, causal, softmax_scale, deterministic):
+                    seqused_k, causal, softmax_scale, deterministic, window_left=-1, window_right=-1):
     # The dense CPU reference per sequence (it is deterministic anyway); it recomputes out and lse.
     return varlen._op_backward(torch, dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                               seqused_q, seqused_k, causal, softmax_scale, deterministic, require_cuda=False)
+                               seqused_q, seqused_k, causal, softmax_scale, deterministic, (window_left, window_right),
+                               require_cuda=False)
 
 
 @_fwd_kvcache.register_kernel("cpu")
@@ -260,13 +279,13 @@ def _check_shapes(q, k, v):
 
 
 @_fwd.register_fake
-def _fwd_fake(q, k, v, causal=False, softmax_scale=None, deterministic=False):
+def _fwd_fake(q, k, v, causal=False, softmax_scale=None, deterministic=False, window_left=-1, window_right=-1):
     _check_shapes(q, k, v)
     return ops._torch_forward_outputs(torch, q)
 
 
 @_bwd.register_fake
-def _bwd_fake(dout, q, k, v, out, lse, causal, softmax_scale, deterministic):
+def _bwd_fake(dout, q, k, v, out, lse, causal, softmax_scale, deterministic, window_left=-1, window_right=-1):
     _check_shapes(q, k, v)
     if tuple(dout.shape) != tuple(q.shape):
         raise _lib.InvalidArgumentError(f"dout: shape {tuple(dout.shape)} differs from q's {tuple(q.shape)}")
@@ -275,7 +294,8 @@ def _bwd_fake(dout, q, k, v, out, lse, causal, softmax_scale, deterministic):
 
 @_fwd_varlen.register_fake
 def _fwd_varlen_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q=None, seqused_k=None,
-                     causal=False, softmax_scale=None, check_index_values=False, deterministic=False):
+                     causal=False, softmax_scale=None, check_index_values=False, deterministic=False, window_left=-1,
+                     window_right=-1):
     # Metadata only (no index values exist here): layout, devices and the index tensors' dtype;
     # the library checks the rest when the kernel runs.
     index = varlen._index_arrays(cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k)
@@ -287,7 +307,7 @@ def _fwd_varlen_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
 
 @_bwd_varlen.register_fake
 def _bwd_varlen_fake(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q,
-                     seqused_k, causal, softmax_scale, deterministic):
+                     seqused_k, causal, softmax_scale, deterministic, window_left=-1, window_right=-1):
     index = varlen._index_arrays(cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k)
     varlen._check_torch(torch, q, k, v, index, require_cuda=False)
     varlen._check_dout(dout, q)
@@ -310,7 +330,7 @@ def _fwd_kvcache_fake(q, k_cache, v_cache, cache_seqlens, k=None, v=None, page_t
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, causal, softmax_scale, deterministic = inputs
+    q, k, v, causal, softmax_scale, deterministic, window_left, window_right = inputs
     out, lse = output
     # Only these five tensors: the backward recomputes the probabilities from lse.
     ctx.save_for_backward(q, k, v, out, lse)
@@ -318,34 +338,36 @@ def _setup_context(ctx, inputs, output):
     ctx.causal = causal
     ctx.softmax_scale = softmax_scale
     ctx.deterministic = deterministic
+    ctx.window = (window_left, window_right)  # the backward masks exactly what the forward did
 
 
 def _backward(ctx, dout, _dlse):
     q, k, v, out, lse = ctx.saved_tensors
-    dq, dk, dv = bwd(dout, q, k, v, out, lse, ctx.causal, ctx.softmax_scale, ctx.deterministic)
-    return dq, dk, dv, None, None, None
+    dq, dk, dv = bwd(dout, q, k, v, out, lse, ctx.causal, ctx.softmax_scale, ctx.deterministic, *ctx.window)
+    return dq, dk, dv, None, None, None, None, None
 
 
 _fwd.register_autograd(_backward, setup_context=_setup_context)
 
 
 def _setup_context_varlen(ctx, inputs, output):
-    q, k, v, cu_q, cu_k, max_q, max_k, used_q, used_k, causal, softmax_scale, _check_values, deterministic = inputs
+    (q, k, v, cu_q, cu_k, max_q, max_k, used_q, used_k, causal, softmax_scale, _check_values, deterministic, window_left,
+     window_right) = inputs
     out, lse = output
     # As hopattn::fwd's, plus the index tensors (seqused may be None); the values were checked by
     # the forward (when asked), so the backward does not check them again.
     ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k, used_q, used_k)
     ctx.mark_non_differentiable(lse)
-    ctx.varlen_args = (max_q, max_k, causal, softmax_scale, deterministic)
+    ctx.varlen_args = (max_q, max_k, causal, softmax_scale, deterministic, window_left, window_right)
 
 
 def _backward_varlen(ctx, dout, _dlse):
     q, k, v, out, lse, cu_q, cu_k, used_q, used_k = ctx.saved_tensors
-    max_q, max_k, causal, softmax_scale, deterministic = ctx.varlen_args
+    max_q, max_k, causal, softmax_scale, deterministic, window_left, window_right = ctx.varlen_args
     dq, dk, dv = bwd_varlen(dout, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, used_q, used_k, causal, softmax_scale,
-                            deterministic)
+                            deterministic, window_left, window_right)
     # No gradient for the index tensors, max_seqlen_*, seqused_* and the options.
-    return dq, dk, dv, None, None, None, None, None, None, None, None, None, None
+    return (dq, dk, dv, *(None,) * 12)
 
 
 _fwd_varlen.register_autograd(_backward_varlen, setup_context=_setup_context_varlen)

@@ -126,8 +126,10 @@ inline bool tensor_absent(const TensorRef& t) {
 // right -1 or 0. On success stores the normalised bounds (-1 or >= 0; causal: right = 0).
 Result normalise_window(const Window& w, bool causal, int64_t* left, int64_t* right);
 
-// softcap: finite and >= 0 (0 = off).
+// softcap: finite and >= 0 (0 = off). The sm90 kernels reject a non-zero one with this message
+// (docs/design-window.md: a run-time branch cost the d64 causal forward 7-10%).
 Result check_softcap(float softcap);
+extern const char* const kSoftcapNotOnSm90;
 
 // The score of scale * q.k under the problem's softcap (identity when it is 0): the references'.
 inline double capped_score(double scaled_dot, double softcap) {

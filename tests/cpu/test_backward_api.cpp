@@ -477,7 +477,8 @@ struct HostProblem {
     AttnBackwardProblem p;
     AttnProblem& f = p.fwd;
     f.batch = sh.b, f.seqlen_q = sh.sq, f.seqlen_k = sh.sk, f.heads_q = sh.hq, f.heads_kv = sh.hkv, f.head_dim = sh.d;
-    f.dtype = dtype, f.causal = sh.causal, f.scale = sh.scale;
+    // The normalised form validation produces: causal is window_right = 0.
+    f.dtype = dtype, f.causal = sh.causal, f.scale = sh.scale, f.window_right = sh.causal ? 0 : -1;
     f.q = q.data(), f.k = k.data(), f.v = v.data();
     contiguous(f.q_stride, sh.sq, sh.hq, sh.d), contiguous(f.o_stride, sh.sq, sh.hq, sh.d);
     contiguous(f.k_stride, sh.sk, sh.hkv, sh.d), contiguous(f.v_stride, sh.sk, sh.hkv, sh.d);

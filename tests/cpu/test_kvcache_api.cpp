@@ -584,10 +584,11 @@ TEST(KvCachePlan, RowTilesBlocksAndWorkspace) {
   EXPECT_EQ(plan.row_tiles, 1);
   EXPECT_EQ(plan.row_blocks, 2);
   EXPECT_EQ(plan.num_splits, 8);  // 16 blocks a split on 132 slots: 128 blocks fill 97% of the wave
-  // Paged caches count every resident block (2 per SM at head_dim 128): 32 splits of 8 blocks.
+  // Paged caches count every resident block (2 per SM at head_dim 128): 264 slots, where 31 splits
+  // of 8 blocks fill 94% of the wave, within 95% of the best (32 splits, 97%).
   p.head_dim = 128;
   p.paged = true;
-  EXPECT_EQ(sm90::decode::plan_decode(p, 132).num_splits, 32);
+  EXPECT_EQ(sm90::decode::plan_decode(p, 132).num_splits, 31);
   p.paged = false;
   p.head_dim = 256;
   p.num_splits = 1;

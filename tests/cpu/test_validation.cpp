@@ -295,8 +295,11 @@ TEST(Validation, Softcap) {
   ForwardArgs a = valid_args();
   a.softcap = 30.f;
   AttnProblem p;
-  ASSERT_TRUE(validate_forward(a, Backend::kSm90, &p).ok());
+  ASSERT_TRUE(validate_forward(a, Backend::kCpu, &p).ok());
   EXPECT_EQ(p.softcap, 30.f);
+  ASSERT_TRUE(validate_forward(a, Backend::kCudaReference, &p).ok());
+  // The sm90 kernels have none yet: a clear "unsupported", never a silently uncapped result.
+  expect_rejected(sm90([](ForwardArgs& x) { x.softcap = 30.f; }), Status::kUnsupported, "softcap");
   BackwardArgs b;
   b.q = a.q; b.k = a.k; b.v = a.v; b.out = a.out; b.lse = a.lse;
   b.dout = a.out; b.dq = a.q; b.dk = a.k; b.dv = a.v;
@@ -304,7 +307,8 @@ TEST(Validation, Softcap) {
   AttnBackwardProblem bp;
   expect_rejected(validate_backward(b, Backend::kSm90, &bp), Status::kInvalidArgument, "softcap");
   b.softcap = 5.f;
-  ASSERT_TRUE(validate_backward(b, Backend::kSm90, &bp).ok());
+  expect_rejected(validate_backward(b, Backend::kSm90, &bp), Status::kUnsupported, "softcap");
+  ASSERT_TRUE(validate_backward(b, Backend::kCpu, &bp).ok());
   EXPECT_EQ(bp.fwd.softcap, 5.f);
 }
 

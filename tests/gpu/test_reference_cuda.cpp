@@ -34,6 +34,8 @@ struct Case {
   std::optional<float> scale = std::nullopt;
   bool with_lse = true;
   Layout layout = Layout::kContiguous;
+  Window window{};
+  float softcap = 0.f;
 };
 
 // One allocation, mirrored on host and device; TensorRefs into it translate between the two.
@@ -91,6 +93,8 @@ Problem make_problem(const Case& c) {
   }
   a.causal = c.causal;
   a.softmax_scale = c.scale;
+  a.window = c.window;
+  a.softcap = c.softcap;
 
   for (Mirror* m : {&p.qkv, &p.out, &p.lse}) m->device = DeviceBuffer(m->host);
   p.args_device = a;
@@ -165,6 +169,8 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   if (c.causal) n += "_causal";
   if (!c.with_lse) n += "_nolse";
   if (c.layout == Layout::kStrided) n += "_strided";
+  if (c.window.left >= 0 || c.window.right >= 0) n += "_window";
+  if (c.softcap > 0) n += "_softcap";
   return n;
 }
 
@@ -180,7 +186,12 @@ INSTANTIATE_TEST_SUITE_P(
         Case{{2, 31, 45, 4, 2, 128}, DType::kBF16, false, 7, std::nullopt, false},
         Case{{2, 3, 0, 4, 2, 64}, DType::kBF16, false, 8},                 // seqlen_k == 0
         Case{{2, 29, 29, 3, 3, 64}, DType::kBF16, true, 9, std::nullopt, true, Layout::kStrided},
-        Case{{1, 70, 70, 2, 2, 128}, DType::kFP16, false, 10, 0.1f, true, Layout::kStrided}),
+        Case{{1, 70, 70, 2, 2, 128}, DType::kFP16, false, 10, 0.1f, true, Layout::kStrided},
+        // Sliding windows (sq > sk: rows with no key) and softcapping (the sm90 kernels have none yet).
+        Case{{2, 150, 90, 4, 2, 64}, DType::kBF16, false, 11, std::nullopt, true, Layout::kContiguous, {20, 5}},
+        Case{{1, 60, 300, 2, 1, 128}, DType::kFP16, true, 12, std::nullopt, true, Layout::kContiguous, {33, -1}},
+        Case{{1, 80, 120, 2, 2, 64}, DType::kBF16, false, 13, 2.f, true, Layout::kContiguous, {}, 3.f},
+        Case{{2, 64, 64, 4, 2, 128}, DType::kFP16, true, 14, std::nullopt, true, Layout::kContiguous, {10, -1}, 30.f}),
     case_name);
 
 // fill_no_keys writes 0 to every element of a strided out (never the padding) and -inf to lse.

@@ -1,6 +1,7 @@
 # Shared by the binding tests: load libhopattn.so or skip the calling module (fail instead under
-# HOPATTN_REQUIRE_LIBRARY=1 / --require-library), a float64 numpy attention to compare with, and the
-# torch GPU tests' kernel choice, random inputs and error measure (torch imported only by those).
+# HOPATTN_REQUIRE_LIBRARY=1 / --require-library), a float64 numpy attention and backward to compare
+# with (causal and sliding-window masks), and the torch GPU tests' kernel choice, random inputs and
+# error measure (torch imported only by those).
 import os
 
 import numpy as np
@@ -26,7 +27,29 @@ def causal_visible(seqlen_q, seqlen_k):
     return j <= i + (seqlen_k - seqlen_q)
 
 
-def naive_attention(q, k, v, causal=False, softmax_scale=None):
+def window_visible(seqlen_q, seqlen_k, window_size=(-1, -1)):
+    """(seqlen_q, seqlen_k) bool: FlashAttention's sliding window, bottom-right aligned like causal:
+    query i sees key j iff i + sk - sq - left <= j <= i + sk - sq + right, where a bound of -1
+    leaves that side unbounded ((-1, -1): everything visible)."""
+    left, right = window_size
+    i = np.arange(seqlen_q)[:, None]
+    j = np.arange(seqlen_k)[None, :]
+    diagonal = i + (seqlen_k - seqlen_q)
+    visible = np.ones((seqlen_q, seqlen_k), dtype=bool)
+    if left >= 0:
+        visible &= j >= diagonal - left
+    if right >= 0:
+        visible &= j <= diagonal + right
+    return visible
+
+
+def visible_keys(seqlen_q, seqlen_k, causal=False, window_size=(-1, -1)):
+    """The mask of causal (if asked) and window_size together, written independently of the library."""
+    visible = window_visible(seqlen_q, seqlen_k, window_size)
+    return visible & causal_visible(seqlen_q, seqlen_k) if causal else visible
+
+
+def naive_attention(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1)):
     """The textbook formula in float64: returns out (b, sq, hq, d) and lse (b, hq, sq).
 
     Head h of q reads kv head h // (hq // hkv); a row that sees no key gives out 0, lse -inf."""
@@ -38,9 +61,7 @@ def naive_attention(q, k, v, causal=False, softmax_scale=None):
     k = np.repeat(k, group, axis=2)
     v = np.repeat(v, group, axis=2)
     scores = np.einsum("bqhd,bkhd->bhqk", q, k) * scale
-    visible = np.ones((seqlen_q, seqlen_k), dtype=bool)
-    if causal:
-        visible = causal_visible(seqlen_q, seqlen_k)
+    visible = visible_keys(seqlen_q, seqlen_k, causal, window_size)
     scores = np.where(visible, scores, -np.inf)
     row_has_key = visible.any(axis=1)  # (sq,)
     row_max = np.where(row_has_key[:, None], scores.max(axis=-1, keepdims=True, initial=-np.inf), 0.0)
@@ -50,6 +71,39 @@ def naive_attention(q, k, v, causal=False, softmax_scale=None):
     out = np.einsum("bhqk,bkhd->bqhd", probs, v)
     lse = np.where(row_has_key, lse, -np.inf)
     return out, lse
+
+
+def naive_backward(q, k, v, dout, causal=False, softmax_scale=None, window_size=(-1, -1)):
+    """The textbook backward in float64, written independently of the library:
+    P = softmax(scale Q K^T) (the causal/window mask; a row with no visible key has P = 0),
+    D = rowsum(dO * O), dV = P^T dO, dP = dO V^T, dS = P * (dP - D), dQ = scale dS K,
+    dK = scale dS^T Q; dK/dV summed over the query heads of each GQA group. Returns dq, dk, dv, out."""
+    q, k, v, dout = (np.asarray(x, dtype=np.float64) for x in (q, k, v, dout))
+    batch, seqlen_q, heads_q, head_dim = q.shape
+    seqlen_k, heads_kv = k.shape[1], k.shape[2]
+    scale = 1.0 / np.sqrt(head_dim) if softmax_scale is None else float(softmax_scale)
+    group = heads_q // heads_kv
+    kr = np.repeat(k, group, axis=2)  # query head h reads kv head h // group
+    vr = np.repeat(v, group, axis=2)
+    visible = visible_keys(seqlen_q, seqlen_k, causal, window_size)
+    scores = np.einsum("bqhd,bkhd->bhqk", q, kr) * scale
+    scores = np.where(visible, scores, -np.inf)
+    row_has_key = visible.any(axis=1)[:, None]  # (sq, 1)
+    safe = np.where(row_has_key, scores, 0.0)  # rows without keys: finite placeholder, zeroed below
+    safe = safe - safe.max(axis=-1, keepdims=True, initial=-np.inf) if seqlen_k else safe
+    p = np.where(visible, np.exp(safe), 0.0)
+    denom = p.sum(axis=-1, keepdims=True)
+    p = np.where(row_has_key, p / np.where(denom > 0, denom, 1.0), 0.0)
+    out = np.einsum("bhqk,bkhd->bqhd", p, vr)
+    d = np.einsum("bqhd,bqhd->bhq", dout, out)
+    dv = np.einsum("bhqk,bqhd->bkhd", p, dout)
+    dp = np.einsum("bqhd,bkhd->bhqk", dout, vr)
+    ds = p * (dp - d[..., None])
+    dq = scale * np.einsum("bhqk,bkhd->bqhd", ds, kr)
+    dk = scale * np.einsum("bhqk,bqhd->bkhd", ds, q)
+    dk = dk.reshape(batch, seqlen_k, heads_kv, group, head_dim).sum(axis=3)
+    dv = dv.reshape(batch, seqlen_k, heads_kv, group, head_dim).sum(axis=3)
+    return dq, dk, dv, out
 
 
 def op_route():

@@ -1,12 +1,13 @@
 # hopattn.attention_backward (numpy, the library's CPU backward reference) against an independent
-# float64 numpy backward written here, plus central finite differences of the library's own CPU
-# forward, and the binding's argument errors. Needs only numpy and libhopattn.so, so it runs on the
-# GPU-less CI; the GPU backward (autograd through hopattn.attention) is in test_backward_torch.py.
+# float64 numpy backward (hopattn_test_support.naive_backward), plus central finite differences of
+# the library's own CPU forward, and the binding's argument errors. Needs only numpy and
+# libhopattn.so, so it runs on the GPU-less CI; the GPU backward (autograd through
+# hopattn.attention) is in test_backward_torch.py; windowed gradients are in test_window.py.
 import numpy as np
 import pytest
 
 import hopattn
-from hopattn_test_support import causal_visible, naive_attention, require_library_or_skip_module
+from hopattn_test_support import naive_attention, naive_backward, require_library_or_skip_module
 
 require_library_or_skip_module()
 
@@ -19,39 +20,6 @@ def random_inputs(batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, dtype=
     v = rng.standard_normal((batch, seqlen_k, heads_kv, head_dim)).astype(dtype)
     dout = rng.standard_normal((batch, seqlen_q, heads_q, head_dim)).astype(dtype)
     return q, k, v, dout
-
-
-def naive_backward(q, k, v, dout, causal=False, softmax_scale=None):
-    """The textbook backward in float64, written independently of the library:
-    P = softmax(scale Q K^T) (bottom-right causal mask; a row with no visible key has P = 0),
-    D = rowsum(dO * O), dV = P^T dO, dP = dO V^T, dS = P * (dP - D), dQ = scale dS K,
-    dK = scale dS^T Q; dK/dV summed over the query heads of each GQA group."""
-    q, k, v, dout = (np.asarray(x, dtype=np.float64) for x in (q, k, v, dout))
-    batch, seqlen_q, heads_q, head_dim = q.shape
-    seqlen_k, heads_kv = k.shape[1], k.shape[2]
-    scale = 1.0 / np.sqrt(head_dim) if softmax_scale is None else float(softmax_scale)
-    group = heads_q // heads_kv
-    kr = np.repeat(k, group, axis=2)  # query head h reads kv head h // group
-    vr = np.repeat(v, group, axis=2)
-    visible = causal_visible(seqlen_q, seqlen_k) if causal else np.ones((seqlen_q, seqlen_k), dtype=bool)
-    scores = np.einsum("bqhd,bkhd->bhqk", q, kr) * scale
-    scores = np.where(visible, scores, -np.inf)
-    row_has_key = visible.any(axis=1)[:, None]  # (sq, 1)
-    safe = np.where(row_has_key, scores, 0.0)  # rows without keys: finite placeholder, zeroed below
-    safe = safe - safe.max(axis=-1, keepdims=True, initial=-np.inf) if seqlen_k else safe
-    p = np.where(visible, np.exp(safe), 0.0)
-    denom = p.sum(axis=-1, keepdims=True)
-    p = np.where(row_has_key, p / np.where(denom > 0, denom, 1.0), 0.0)
-    out = np.einsum("bhqk,bkhd->bqhd", p, vr)
-    d = np.einsum("bqhd,bqhd->bhq", dout, out)
-    dv = np.einsum("bhqk,bqhd->bkhd", p, dout)
-    dp = np.einsum("bqhd,bkhd->bhqk", dout, vr)
-    ds = p * (dp - d[..., None])
-    dq = scale * np.einsum("bhqk,bkhd->bqhd", ds, kr)
-    dk = scale * np.einsum("bhqk,bqhd->bkhd", ds, q)
-    dk = dk.reshape(batch, seqlen_k, heads_kv, group, head_dim).sum(axis=3)
-    dv = dv.reshape(batch, seqlen_k, heads_kv, group, head_dim).sum(axis=3)
-    return dq, dk, dv, out
 
 
 # The library accumulates in double and rounds each gradient once to the inputs' dtype.

@@ -1,6 +1,7 @@
 # hopattn.flash_attn_interface, the drop-in for FlashAttention-3's flash_attn_interface module.
 #  - Everywhere (no torch, no library): the signatures equal FA3's (names, order, defaults); every
-#    unsupported argument raises NotImplementedError naming it, before any tensor is looked at;
+#    unsupported argument raises NotImplementedError naming it, before any tensor is looked at
+#    (window_size only in flash_attn_with_kvcache: the others hand it on, with FA3's causal rule);
 #    flash_attn_combine / get_scheduler_metadata raise; importing it imports no torch;
 #    flash_attn_varlen_func and flash_attn_with_kvcache hand every supported argument to
 #    hopattn.varlen_attention / attention_with_kvcache (an int cache_seqlens broadcast to int32).
@@ -24,6 +25,7 @@ import pytest
 
 import hopattn
 from hopattn import flash_attn_interface as fai
+from hopattn import ops
 from hopattn_test_support import gpu_kernel_pair, gpu_qkv, optional_torch, rel_l2, require_library_or_skip_module
 
 torch, HAS_SM90, needs_torch, needs_gpu = optional_torch()
@@ -89,7 +91,6 @@ UNSUPPORTED = {
     "q_descale": SENTINEL,
     "k_descale": SENTINEL,
     "v_descale": SENTINEL,
-    "window_size": (128, 0),
     "attention_chunk": 256,
     "softcap": 30.0,
     "num_splits": 2,
@@ -132,13 +133,53 @@ def test_flash_attn_varlen_func_passes_its_arguments_through(monkeypatch, determ
     (args, kw), = calls
     assert all(a is b for a, b in zip(args, (q, k, v, cu_q, cu_k))) and args[5:] == (8, 9)
     assert kw == dict(causal=True, softmax_scale=0.5, seqused_q=used_q, seqused_k=used_k, return_lse=True,
-                      deterministic=deterministic)
+                      deterministic=deterministic, window_size=(-1, -1))
 
 
-@pytest.mark.parametrize("window_size", [(-1, 0), (0, -1), (4, 4), None, 5])
-def test_any_window_but_the_default_is_rejected(window_size):
-    with pytest.raises(NotImplementedError, match="window_size"):
-        fai.flash_attn_func(SENTINEL, SENTINEL, SENTINEL, window_size=window_size)
+# (window_size, causal, what hopattn gets): FA3 sets the right bound to 0 under causal (mha_fwd:
+# `if (is_causal) { window_size_right = 0; }`), which callers such as Transformers rely on.
+FA3_WINDOWS = [
+    ((-1, -1), False, (-1, -1)),
+    ((-1, -1), True, (-1, -1)),
+    ((4, 4), False, (4, 4)),
+    ([4, 4], True, (4, 0)),
+    ((0, 0), False, (0, 0)),
+    ((-1, 7), True, (-1, 0)),
+    ((np.int64(3), 2), False, (3, 2)),
+]
+
+
+@pytest.mark.parametrize("window_size, causal, want", FA3_WINDOWS)
+def test_window_size_is_handed_on_with_fa3s_causal_rule(monkeypatch, window_size, causal, want):
+    from hopattn import varlen
+
+    calls = []
+    monkeypatch.setattr(ops, "attention", lambda *args, **kw: calls.append(kw["window_size"]) or "out")
+    monkeypatch.setattr(varlen, "varlen_attention", lambda *args, **kw: calls.append(kw["window_size"]) or "out")
+    assert fai.flash_attn_func(SENTINEL, SENTINEL, SENTINEL, causal=causal, window_size=window_size) == "out"
+    qkv = np.zeros((1, 2, 3, 1, 8))
+    assert fai.flash_attn_qkvpacked_func(qkv, causal=causal, window_size=window_size) == "out"
+    assert fai.flash_attn_varlen_func(SENTINEL, SENTINEL, SENTINEL, SENTINEL, SENTINEL, 8, 8, causal=causal,
+                                      window_size=window_size) == "out"
+    assert calls == [want] * 3
+    assert all(type(w) is tuple and all(type(x) is int for x in w) for w in calls)
+
+
+@pytest.mark.parametrize("window_size", [None, 5, (1, 2, 3), ("a", 1), (1.5, 2), (True, 2), "ab"])
+def test_window_size_must_be_a_pair_of_ints(window_size):
+    # Checked before any tensor is looked at, as hopattn.attention checks it.
+    for call in (lambda: fai.flash_attn_func(SENTINEL, SENTINEL, SENTINEL, window_size=window_size),
+                 lambda: fai.flash_attn_varlen_func(SENTINEL, SENTINEL, SENTINEL, SENTINEL, SENTINEL, 8, 8,
+                                                    window_size=window_size)):
+        with pytest.raises(TypeError, match="window_size"):
+            call()
+
+
+@pytest.mark.parametrize("window_size", [(-1, 0), (0, -1), (4, 4), (128, 0), None, 5])
+def test_flash_attn_with_kvcache_rejects_any_window_but_the_default(window_size):
+    # The KV-cache kernel has no sliding window: refused, never silently dropped.
+    with pytest.raises(NotImplementedError, match=r"^flash_attn_with_kvcache: window_size=.*no sliding window"):
+        fai.flash_attn_with_kvcache(SENTINEL, SENTINEL, SENTINEL, cache_seqlens=SENTINEL, window_size=window_size)
 
 
 def test_tensor_arguments_are_named_by_shape_not_contents():
@@ -149,8 +190,9 @@ def test_tensor_arguments_are_named_by_shape_not_contents():
 
 # flash_attn_func's unsupported arguments that flash_attn_with_kvcache has too, and its own.
 KVCACHE_UNSUPPORTED = {
-    **{name: UNSUPPORTED[name] for name in ("qv", "q_descale", "k_descale", "v_descale", "window_size",
-                                            "attention_chunk", "softcap", "pack_gqa", "sm_margin")},
+    **{name: UNSUPPORTED[name] for name in ("qv", "q_descale", "k_descale", "v_descale", "attention_chunk",
+                                            "softcap", "pack_gqa", "sm_margin")},
+    "window_size": (128, 0),
     "rotary_cos": SENTINEL,
     "rotary_sin": SENTINEL,
     "cache_batch_idx": SENTINEL,

@@ -37,10 +37,15 @@ torch, HAS_SM90, needs_torch, needs_gpu = optional_torch()
 TENSOR = 80
 EXPECTED_LAYOUTS = {
     "HopattnTensor": (80, {"data": 0, "dtype": 8, "ndim": 12, "sizes": 16, "strides": 48}),
-    "HopattnFwdArgs": (416, {"q": 0, "k": 80, "v": 160, "out": 240, "lse": 320, "causal": 400,
-                             "has_softmax_scale": 404, "softmax_scale": 408}),
-    "HopattnBwdArgs": (736, {"q": 0, "dq": 6 * TENSOR, "dv": 8 * TENSOR, "causal": 720, "has_softmax_scale": 724,
-                             "softmax_scale": 728, "deterministic": 732}),
+    # 5 tensors (400) + causal, has_softmax_scale, softmax_scale, has_window (416) + int64 window bounds
+    # + float softcap (ABI 6) -> padded to 440
+    "HopattnFwdArgs": (440, {"q": 0, "k": 80, "v": 160, "out": 240, "lse": 320, "causal": 400,
+                             "has_softmax_scale": 404, "softmax_scale": 408, "has_window": 412, "window_left": 416,
+                             "window_right": 424, "softcap": 432}),
+    # 9 tensors (720) + 5 x 4 bytes (740) -> padded to 744 for the int64 window bounds
+    "HopattnBwdArgs": (768, {"q": 0, "dq": 6 * TENSOR, "dv": 8 * TENSOR, "causal": 720, "has_softmax_scale": 724,
+                             "softmax_scale": 728, "deterministic": 732, "has_window": 736, "window_left": 744,
+                             "window_right": 752, "softcap": 760}),
     # 5 tensors (400) + causal, has_softmax_scale, softmax_scale, incoherent, block_quant, seed,
     # rotate_v (428) -> padded to 432
     "HopattnFp8AttentionArgs": (432, {"q": 0, "k": 80, "v": 160, "out": 240, "lse": 320, "causal": 400,
@@ -53,11 +58,20 @@ EXPECTED_LAYOUTS = {
     # 3 tensors (240) + rotate, block_quant, seed (252) -> padded to 256
     "HopattnFp8QuantizeArgs": (256, {"in_": 0, "out": 80, "descale": 160, "rotate": 240, "block_quant": 244,
                                      "seed": 248}),
-    # Not FP8, checked here with the others (ABI 4): 9 tensors (720) + two int64 max_seqlen (736) +
-    # causal, has_softmax_scale, softmax_scale, check_index_values (752)
-    "HopattnVarlenFwdArgs": (752, {"q": 0, "lse": 320, "cu_seqlens_q": 400, "cu_seqlens_k": 480, "seqused_q": 560,
+    # Not FP8, checked here with the others (ABI 4, window ABI 6): 9 tensors (720) + two int64
+    # max_seqlen (736) + causal, has_softmax_scale, softmax_scale, check_index_values, has_window
+    # (756) -> padded to 760 for the int64 window bounds
+    "HopattnVarlenFwdArgs": (784, {"q": 0, "lse": 320, "cu_seqlens_q": 400, "cu_seqlens_k": 480, "seqused_q": 560,
                                    "seqused_k": 640, "max_seqlen_q": 720, "max_seqlen_k": 728, "causal": 736,
-                                   "has_softmax_scale": 740, "softmax_scale": 744, "check_index_values": 748}),
+                                   "has_softmax_scale": 740, "softmax_scale": 744, "check_index_values": 748,
+                                   "has_window": 752, "window_left": 760, "window_right": 768, "softcap": 776}),
+    # ABI 5 (window ABI 6): 13 tensors (1040) + two int64 max_seqlen (1056) + causal, has_softmax_scale,
+    # softmax_scale, deterministic, check_index_values, has_window (1080) + int64 window bounds
+    "HopattnVarlenBwdArgs": (1104, {"q": 0, "dout": 4 * TENSOR, "lse": 5 * TENSOR, "dv": 8 * TENSOR,
+                                    "cu_seqlens_q": 9 * TENSOR, "seqused_k": 12 * TENSOR, "max_seqlen_q": 1040,
+                                    "max_seqlen_k": 1048, "causal": 1056, "has_softmax_scale": 1060,
+                                    "softmax_scale": 1064, "deterministic": 1068, "check_index_values": 1072,
+                                    "has_window": 1076, "window_left": 1080, "window_right": 1088, "softcap": 1096}),
 }
 
 # ctypes class -> C struct name
@@ -69,6 +83,7 @@ C_NAMES = {
     "HopattnFp8FwdArgs": "hopattn_fp8_fwd_args",
     "HopattnFp8QuantizeArgs": "hopattn_fp8_quantize_args",
     "HopattnVarlenFwdArgs": "hopattn_varlen_fwd_args",
+    "HopattnVarlenBwdArgs": "hopattn_varlen_bwd_args",
 }
 
 
@@ -151,7 +166,7 @@ def test_struct_layout_matches_the_c_compiler(tmp_path):
 
 def test_abi_version_and_codes_match_the_header():
     text = HEADER.read_text()
-    assert int(re.search(r"#define HOPATTN_ABI_VERSION (\d+)", text).group(1)) == _lib.ABI_VERSION == 5
+    assert int(re.search(r"#define HOPATTN_ABI_VERSION (\d+)", text).group(1)) == _lib.ABI_VERSION == 6
     enum = re.search(r"enum hopattn_dtype \{(.*?)\}", text, re.DOTALL).group(1)
     codes = {name: int(value) for name, value in re.findall(r"HOPATTN_(\w+) = (\d+)", enum)}
     assert codes == {"BF16": _lib.DTYPE_BF16, "FP16": _lib.DTYPE_FP16, "FP32": _lib.DTYPE_FP32,

@@ -45,16 +45,26 @@ def test_missing_packaged_library_names_both_options(monkeypatch, tmp_path):
 
 
 def test_struct_layout_matches_header():
-    # hopattn_tensor: void* + 2 x int32 + 2 x int64[4] = 80 bytes; hopattn_fwd_args: 5 tensors + 3 x 4 bytes,
-    # padded to 8-byte alignment = 416 bytes.
+    # hopattn_tensor: void* + 2 x int32 + 2 x int64[4] = 80 bytes; hopattn_fwd_args: 5 tensors + 4 x 4 bytes
+    # (causal, has_softmax_scale, softmax_scale, has_window) + 2 x int64 window bounds + float softcap,
+    # padded to 440 bytes.
     assert _lib.ctypes.sizeof(_lib.HopattnTensor) == 80
     assert _lib.HopattnFwdArgs.causal.offset == 400
-    assert _lib.ctypes.sizeof(_lib.HopattnFwdArgs) == 416
-    # hopattn_bwd_args: 9 tensors (720 bytes) + causal, has_softmax_scale, softmax_scale, deterministic.
+    assert _lib.HopattnFwdArgs.has_window.offset == 412
+    assert _lib.HopattnFwdArgs.window_left.offset == 416
+    assert _lib.HopattnFwdArgs.window_right.offset == 424
+    assert _lib.HopattnFwdArgs.softcap.offset == 432
+    assert _lib.ctypes.sizeof(_lib.HopattnFwdArgs) == 440
+    # hopattn_bwd_args: 9 tensors (720 bytes) + causal, has_softmax_scale, softmax_scale, deterministic,
+    # has_window (740), padding to 744, the two int64 window bounds, softcap, padding to 768.
     assert _lib.HopattnBwdArgs.causal.offset == 720
     assert _lib.HopattnBwdArgs.softmax_scale.offset == 728
     assert _lib.HopattnBwdArgs.deterministic.offset == 732
-    assert _lib.ctypes.sizeof(_lib.HopattnBwdArgs) == 736
+    assert _lib.HopattnBwdArgs.has_window.offset == 736
+    assert _lib.HopattnBwdArgs.window_left.offset == 744
+    assert _lib.HopattnBwdArgs.window_right.offset == 752
+    assert _lib.HopattnBwdArgs.softcap.offset == 760
+    assert _lib.ctypes.sizeof(_lib.HopattnBwdArgs) == 768
 
 
 def test_abi_version_matches_header():

@@ -51,6 +51,7 @@ class Routes:
         self.op = 0  # ops._torch_ops_module calls: attention taking the op route
         self.backward = 0  # ops._direct_backward calls
         self.calls = []
+        self.windows = []  # the window each kernel function (or the op) was handed, in call order
 
 
 @pytest.fixture
@@ -64,13 +65,16 @@ def stub_routes(monkeypatch):
         out = q + 0
         return out, out.sum(-1).transpose(1, 2)
 
-    def direct_forward(st, c_name, what, q, k, v, causal, softmax_scale, with_lse):
+    def direct_forward(st, c_name, what, q, k, v, causal, softmax_scale, with_lse, window=ops.NO_WINDOW):
         routes.direct += 1
         routes.calls.append((c_name, what, causal, softmax_scale, with_lse))
+        routes.windows.append(window)
         out, lse = outputs(q)
         return (out, lse) if with_lse else out
 
-    def op_fwd(q, k, v, causal, softmax_scale, deterministic):
+    def op_fwd(q, k, v, causal, softmax_scale, deterministic, window_left=-1, window_right=-1):
+        if not torch.compiler.is_compiling():  # as torch_ops_module's count
+            routes.windows.append((window_left, window_right))
         return outputs(q)
 
     op_module = types.SimpleNamespace(fwd=op_fwd)
@@ -94,16 +98,18 @@ def cpu_reference_routes(monkeypatch, lib):
     routes = Routes()
     real_module = ops._torch_ops_module
 
-    def direct_forward(st, c_name, what, q, k, v, causal, softmax_scale, with_lse):
+    def direct_forward(st, c_name, what, q, k, v, causal, softmax_scale, with_lse, window=ops.NO_WINDOW):
         routes.direct += 1
         routes.calls.append((c_name, what, causal, softmax_scale, with_lse))
-        out, lse = torch_ops.fwd(q, k, v, causal, softmax_scale, False)
+        routes.windows.append(window)
+        out, lse = torch_ops.fwd(q, k, v, causal, softmax_scale, False, *window)
         return (out, lse) if with_lse else out
 
-    def direct_backward(st, q, k, v, out, dout, lse, causal, softmax_scale, deterministic):
+    def direct_backward(st, q, k, v, out, dout, lse, causal, softmax_scale, deterministic, window=ops.NO_WINDOW):
         routes.backward += 1
         routes.calls.append(("backward", causal, softmax_scale, deterministic))
-        return torch_ops.bwd(dout, q, k, v, out, lse, causal, softmax_scale, deterministic)
+        routes.windows.append(window)
+        return torch_ops.bwd(dout, q, k, v, out, lse, causal, softmax_scale, deterministic, *window)
 
     def torch_ops_module():
         if not torch.compiler.is_compiling():  # a traced count would be guarded on (recompiles)
@@ -124,14 +130,16 @@ def test_plain_eager_takes_the_direct_route(stub_routes):
     q, k, v = cpu_qkv()
     out = hopattn.attention(q, k, v, causal=True)
     assert torch.equal(out, q)
-    out, lse = hopattn.attention(q, k, v, softmax_scale=0.5, return_lse=True)
-    flash_attn_interface.flash_attn_func(q, k, v, causal=True)
+    out, lse = hopattn.attention(q, k, v, softmax_scale=0.5, return_lse=True, window_size=[3, 2])
+    flash_attn_interface.flash_attn_func(q, k, v, causal=True, window_size=(4, 4))
     assert (stub_routes.direct, stub_routes.op) == (3, 0)
     assert stub_routes.calls == [
         ("hopattn_forward", "hopattn forward", True, None, False),
         ("hopattn_forward", "hopattn forward", False, 0.5, True),
         ("hopattn_forward", "hopattn forward", True, None, False),
     ]
+    # The window as a tuple of ints; FA3's causal makes its right bound 0.
+    assert stub_routes.windows == [(-1, -1), (3, 2), (4, 0)]
 
 
 def test_grad_takes_the_direct_autograd_function(stub_routes):
@@ -227,6 +235,15 @@ def test_torch_tracing_or_transforming_takes_the_op_route(stub_routes, situation
     assert stub_routes.direct == 0, "the direct route ran"
 
 
+def test_the_op_route_takes_the_window_as_two_ints(stub_routes):
+    q, k, v = cpu_qkv()
+    with op_route():
+        hopattn.attention(q, k, v)
+        hopattn.attention(q, k, v, window_size=(5, 0))
+    assert stub_routes.op == 2 and stub_routes.direct == 0
+    assert stub_routes.windows == [(-1, -1), (5, 0)]
+
+
 def test_compiling_takes_the_op_route(stub_routes):
     from torch._dynamo.testing import CompileCounter
 
@@ -271,22 +288,29 @@ def _views():
 VIEWS = _views()
 
 
+# No window, a plain one, one needing all 64 bits, and the spelled-out default (no window either).
+WINDOWS = [ops.NO_WINDOW, (3, 0), (1 << 40, -1), (-1, -1)]
+
+
+@pytest.mark.parametrize("window", WINDOWS, ids=["no-window", "3-0", "2^40", "minus-ones"])
 @pytest.mark.parametrize("scale", [None, 0.3, 1e300, float("inf")], ids=["default", "0.3", "1e300", "inf"])
 @pytest.mark.parametrize("with_lse", [False, True], ids=["no-lse", "lse"])
 @pytest.mark.parametrize("view", VIEWS, ids=[v[0] for v in VIEWS])
-def test_forward_args_match_the_ctypes_constructors(view, with_lse, scale):
+def test_forward_args_match_the_ctypes_constructors(view, with_lse, scale, window):
     _, q, k, v = view
     st = ops._direct(torch)
     out, lse = ops._torch_forward_outputs(torch, q, with_lse)
     codes = [ops._torch_dtype_code(torch, n, t) for n, t in (("q", q), ("k", k), ("v", v))]
-    got = ops._fwd_args(st, q, k, v, out, lse, q.shape, k.shape, v.shape, *codes, True, scale)
+    got = ops._fwd_args(st, q, k, v, out, lse, q.shape, k.shape, v.shape, *codes, True, scale, window)
     want = _lib.make_fwd_args(
         *(ops._torch_tensor(torch, n, t) for n, t in (("q", q), ("k", k), ("v", v), ("out", out))),
         ops._torch_tensor(torch, "lse", lse) if with_lse else None,
         True,
         scale,
+        window,
     )
     assert bytes(got) == bytes(want)
+    assert (got.has_window, got.window_left, got.window_right) == _lib._window_fields(window)
 
 
 @pytest.mark.parametrize("dout_kind", ["dense", "expanded", "transposed"])
@@ -303,16 +327,18 @@ def test_backward_args_match_the_ctypes_constructors(view, dout_kind):
     dout = ops._torch_dout(torch, dout, q)
     dq, dk, dv = ops._torch_grad_outputs(torch, q, k, v)
     codes = tuple(ops._torch_dtype_code(torch, n, t) for n, t in (("q", q), ("k", k), ("v", v)))
-    for scale, causal, deterministic in ((None, True, False), (0.125, False, True)):
-        got = ops._bwd_args(st, q, k, v, out, dout, lse, dq, dk, dv, codes, causal, scale, deterministic)
+    for scale, causal, deterministic, window in ((None, True, False, ops.NO_WINDOW),
+                                                 (0.125, False, True, (7, 1 << 40))):
+        got = ops._bwd_args(st, q, k, v, out, dout, lse, dq, dk, dv, codes, causal, scale, deterministic, window)
         tensors = [ops._torch_tensor(torch, n, t) for n, t in
                    (("q", q), ("k", k), ("v", v), ("out", out), ("dout", dout), ("lse", lse), ("dq", dq),
                     ("dk", dk), ("dv", dv))]
-        assert bytes(got) == bytes(_lib.make_bwd_args(*tensors, causal, scale, deterministic))
+        assert bytes(got) == bytes(_lib.make_bwd_args(*tensors, causal, scale, deterministic, window))
 
 
-@pytest.mark.parametrize("causal, scale", [(True, None), (False, 0.3)])
-def test_packed_structs_drive_the_library(lib, causal, scale):
+@pytest.mark.parametrize("causal, scale, window", [(True, None, ops.NO_WINDOW), (False, 0.3, (4, 1)),
+                                                   (True, None, (2, 0))])
+def test_packed_structs_drive_the_library(lib, causal, scale, window):
     # The library reads the packed structs (passed as the struct itself, ctypes taking its address,
     # as the direct route does) exactly as the op's CPU kernels' ctypes-built ones: same bits.
     q, k, v = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in cpu_qkv(2, 9, 13, 4, 2, 64, seed=7))
@@ -321,15 +347,15 @@ def test_packed_structs_drive_the_library(lib, causal, scale):
     out, lse = ops._torch_forward_outputs(torch, q, True)
     codes = tuple(ops._torch_dtype_code(torch, n, t) for n, t in (("q", q), ("k", k), ("v", v)))
     _lib.check(c.hopattn_forward_cpu(ops._fwd_args(st, q, k, v, out, lse, q.shape, k.shape, v.shape, *codes,
-                                                   causal, scale)), "forward")
-    want_out, want_lse = torch_ops.fwd(q, k, v, causal, scale, False)
+                                                   causal, scale, window)), "forward")
+    want_out, want_lse = torch_ops.fwd(q, k, v, causal, scale, False, *window)
     assert torch.equal(out, want_out) and torch.equal(lse, want_lse)
     dout = ops._torch_dout(torch, torch.randn(out.shape, generator=torch.Generator().manual_seed(8)), q)
     dq, dk, dv = ops._torch_grad_outputs(torch, q, k, v)
-    args = ops._bwd_args(st, q, k, v, out, dout, lse, dq, dk, dv, codes, causal, scale, False)
+    args = ops._bwd_args(st, q, k, v, out, dout, lse, dq, dk, dv, codes, causal, scale, False, window)
     _lib.check(c.hopattn_backward_cpu(args), "backward")
     for name, got, want in zip(("dq", "dk", "dv"), (dq, dk, dv),
-                               torch_ops.bwd(dout, q, k, v, out, lse, causal, scale, False)):
+                               torch_ops.bwd(dout, q, k, v, out, lse, causal, scale, False, *window)):
         assert torch.equal(got, want), name
 
 
@@ -366,8 +392,12 @@ def test_errors_before_the_kernel_are_the_same_on_both_routes(case, grad):
 
 
 @pytest.mark.parametrize("return_lse", [False, True], ids=["out", "out+lse"])
-@pytest.mark.parametrize("causal, scale, deterministic", [(True, None, False), (False, 0.3, True)])
-def test_direct_autograd_equals_the_op_autograd(cpu_reference_routes, return_lse, causal, scale, deterministic):
+@pytest.mark.parametrize("causal, scale, deterministic, window", [
+    (True, None, False, ops.NO_WINDOW), (False, 0.3, True, ops.NO_WINDOW), (False, None, False, (3, 2)),
+    (True, 0.3, True, (5, 0)),
+])
+def test_direct_autograd_equals_the_op_autograd(cpu_reference_routes, return_lse, causal, scale, deterministic,
+                                                window):
     routes = cpu_reference_routes
     results = {}
     for route in ("direct", "op"):
@@ -375,7 +405,7 @@ def test_direct_autograd_equals_the_op_autograd(cpu_reference_routes, return_lse
         dout = torch.randn((2, 9, 4, 64), generator=torch.Generator().manual_seed(2))
         with op_route() if route == "op" else contextlib.nullcontext():
             got = hopattn.attention(q, k, v, causal=causal, softmax_scale=scale, return_lse=return_lse,
-                                    deterministic=deterministic)
+                                    deterministic=deterministic, window_size=window)
         out, lse = got if return_lse else (got, None)
         assert out.requires_grad and (lse is None or not lse.requires_grad)
         if route == "direct":  # saves what hopattn::fwd's autograd saves: q, k, v, out and lse
@@ -388,6 +418,7 @@ def test_direct_autograd_equals_the_op_autograd(cpu_reference_routes, return_lse
         if route == "direct":
             assert (routes.direct, routes.backward, routes.op) == (1, 1, 0)
             assert routes.calls[-1] == ("backward", causal, scale, deterministic)
+            assert routes.windows == [window, window]  # the backward gets the forward's window
         else:
             assert routes.op == 1
     for name, a, b in zip(("out", "lse", "dq", "dk", "dv"), results["direct"], results["op"]):
@@ -465,29 +496,33 @@ def count_routes(monkeypatch):
 
 
 GPU_SHAPES = [
-    # (batch, seqlen_q, seqlen_k, heads_q, heads_kv, causal, softmax_scale)
-    (2, 128, 128, 4, 4, False, None),
-    (2, 77, 300, 8, 2, True, None),  # GQA, sq < sk
-    (1, 300, 77, 6, 1, True, 0.2),  # MQA, sq > sk (rows with no key)
+    # (batch, seqlen_q, seqlen_k, heads_q, heads_kv, causal, softmax_scale, window_size)
+    (2, 128, 128, 4, 4, False, None, (-1, -1)),
+    (2, 77, 300, 8, 2, True, None, (-1, -1)),  # GQA, sq < sk
+    (1, 300, 77, 6, 1, True, 0.2, (-1, -1)),  # MQA, sq > sk (rows with no key)
+    (2, 200, 333, 4, 2, False, None, (70, 30)),  # sliding window
+    (1, 300, 120, 4, 1, True, None, (50, 0)),  # causal window, rows with no key
 ]
 
 
 @needs_gpu
-@pytest.mark.parametrize("shape", GPU_SHAPES, ids=["mha", "gqa-causal", "mqa-causal-scale"])
+@pytest.mark.parametrize("shape", GPU_SHAPES, ids=["mha", "gqa-causal", "mqa-causal-scale", "window",
+                                                   "causal-window"])
 def test_gpu_routes_give_the_same_bits(count_routes, shape):
     dtype, head_dim = gpu_kernel_pair()
-    batch, sq, sk, hq, hkv, causal, scale = shape
+    batch, sq, sk, hq, hkv, causal, scale, window = shape
     q, k, v, dout = gpu_qkv(batch, sq, sk, hq, hkv, head_dim, dtype, seed=sq)
     results = {}
     for route in ("direct", "op"):
         context = op_route() if route == "op" else contextlib.nullcontext()
         with context:
-            plain = hopattn.attention(q, k, v, causal=causal, softmax_scale=scale)
-            out_lse = hopattn.attention(q, k, v, causal=causal, softmax_scale=scale, return_lse=True)
+            plain = hopattn.attention(q, k, v, causal=causal, softmax_scale=scale, window_size=window)
+            out_lse = hopattn.attention(q, k, v, causal=causal, softmax_scale=scale, return_lse=True,
+                                        window_size=window)
         leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
         with context:
             out, lse = hopattn.attention(*leaves, causal=causal, softmax_scale=scale, return_lse=True,
-                                         deterministic=True)
+                                         deterministic=True, window_size=window)
             out.backward(dout)
         results[route] = (plain, *out_lse, out.detach(), lse, *(t.grad for t in leaves))
         if route == "direct":

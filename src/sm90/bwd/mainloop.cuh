@@ -167,8 +167,6 @@ struct BwdMainloop {
     const int32_t* used_k;
     RowLayout row_layout;
     int window_left, window_right;  // the masked kernels' bounds, as the forward's (ws/mask.cuh)
-    ws::Softcap softcap;            // softcap.out == 0: off
-    float softcap_t;                // 1 / (softcap log2(e)): see softcap_grad
   };
 
   // One batch entry's place in the tensors and the workspace, and its lengths (see the forward's
@@ -213,7 +211,7 @@ struct BwdMainloop {
                          make_stride(_1{}, rl.head_stride, rl.head_stride * hq));
     };
     const auto q_tile = take<0, 2>(SmemLayoutQ{});
-    const ws::WindowBounds w = ws::make_window(pr.window_left, pr.window_right, pr.seqlen_k);
+    const ws::WindowBounds w = ws::make_window(pr.window_left, pr.window_right, pr.seqlen_q, pr.seqlen_k);
     return Params{make_tma_copy(SM90_TMA_LOAD{}, view(pr.q, rows_q, hq, pr.q_stride), q_tile, Shape<BM, HD>{}, _1{}),
                   make_tma_copy(SM90_TMA_LOAD{}, view(bp.dout, rows_q, hq, bp.do_stride), q_tile, Shape<BM, HD>{}, _1{}),
                   make_tma_copy(SM90_TMA_LOAD{}, view(pr.k, rows_k, hk, pr.k_stride), SmemLayoutK{}, Shape<BN, HD>{}, _1{}),
@@ -222,9 +220,7 @@ struct BwdMainloop {
                   make_tma_copy(SM90_TMA_LOAD{}, rows(dpsum), Layout<Shape<BM>>{}, Shape<BM>{}, _1{}),
                   sq, sk, int(rl.head_stride), hq, hk, b, int(pr.group()), pr.scale * 1.4426950408889634f,
                   rows_q, rows_k, bext, pr.cu_seqlens_q, pr.cu_seqlens_k, pr.seqused_q, pr.seqused_k, rl,
-                  w.left, w.right,
-                  pr.softcap > 0.f ? ws::Softcap::make(pr.softcap, pr.scale) : ws::Softcap{0.f, 0.f},
-                  pr.softcap > 0.f ? 1.f / (pr.softcap * 1.4426950408889634f) : 0.f};
+                  w.left, w.right};
   }
 
   // Query blocks [m_begin, m_end) see at least one key of key block n_block (masked: query i sees

@@ -10,9 +10,10 @@ namespace hopattn::sm90::ws {
 
 // Query row i sees keys key_first(i) <= j < key_limit(i): with d = seqlen_k - seqlen_q,
 // key_first = i + d - left and key_limit = i + d + right + 1, clipped to [0, seqlen_k). left and
-// right are the window's run-time bounds with "unbounded" stored as seqlen_k (make_window), which
-// reaches past every key and keeps the sums inside int (seqlen <= INT_MAX / 2). An empty range means
-// the row sees no key at all; the softmax then yields zeros and lse = -inf.
+// right are the window's run-time bounds with "unbounded" stored as seqlen_k (left) and seqlen_q
+// (right) (make_window): far enough to reach every key from every row, and the sums stay inside
+// int (seqlen <= INT_MAX / 2). An empty range means the row sees no key at all; the softmax then
+// yields zeros and lse = -inf.
 template <int kBlockM, int kBlockN, bool kMasked>
 struct FwdMask {
   int seqlen_q, seqlen_k;
@@ -61,32 +62,49 @@ struct FwdMask {
     return false;
   }
 
-  // s_rc: scores in (row, col) view; c_rc: the matching (row, col) tile coordinates.
+  // s_rc: scores in (row, col) view; c_rc: the matching (row, col) tile coordinates. Blocks that
+  // reach no row's left edge (every block of a causal problem) take the one-compare loop the causal
+  // kernel always had; the choice is uniform per block.
   template <class Scores, class Coords>
   __device__ __forceinline__ void apply(Scores& s_rc, const Coords& c_rc, int m_block, int n_block) const {
+    if constexpr (kMasked) {
+      if (n_block * kBlockN < key_first((m_block + 1) * kBlockM - 1)) {
+        apply_rows<true>(s_rc, c_rc, m_block, n_block);
+        return;
+      }
+    }
+    apply_rows<false>(s_rc, c_rc, m_block, n_block);
+  }
+
+ private:
+  template <bool kLeftEdge, class Scores, class Coords>
+  __device__ __forceinline__ void apply_rows(Scores& s_rc, const Coords& c_rc, int m_block, int n_block) const {
     using namespace cute;
     CUTE_UNROLL
     for (int r = 0; r < size<0>(s_rc); ++r) {
       const int row = m_block * kBlockM + get<0>(c_rc(r, 0));
       const int limit = key_limit(row) - n_block * kBlockN;  // first masked column right of the window
-      const int first = key_first(row) - n_block * kBlockN;  // first visible column
+      const int first = kLeftEdge ? key_first(row) - n_block * kBlockN : 0;  // first visible column
       CUTE_UNROLL
       for (int c = 0; c < size<1>(s_rc); ++c) {
         const int col = get<1>(c_rc(r, c));
-        if (col >= limit || (kMasked && col < first)) s_rc(r, c) = -INFINITY;
+        if (col >= limit || (kLeftEdge && col < first)) s_rc(r, c) = -INFINITY;
       }
     }
   }
 };
 
 // The run-time window bounds of the masked kernels from AttnProblem's normalised ones (-1 means
-// unbounded): clamped to seqlen_k, past which a bound changes nothing.
+// unbounded), clamped to where a bound stops changing anything: the left one at seqlen_k (row i's
+// first key i + d - left <= 0 for every row), the right one at seqlen_q (i + d + right >= seqlen_k
+// - 1 for every row, d = seqlen_k - seqlen_q, even when seqlen_q > seqlen_k). Varlen: the max
+// lengths, which bound every sequence's.
 struct WindowBounds {
   int left, right;
 };
-inline WindowBounds make_window(int64_t window_left, int64_t window_right, int64_t seqlen_k) {
-  const auto clamp = [&](int64_t w) { return int(w < 0 || w > seqlen_k ? seqlen_k : w); };
-  return {clamp(window_left), clamp(window_right)};
+inline WindowBounds make_window(int64_t window_left, int64_t window_right, int64_t seqlen_q, int64_t seqlen_k) {
+  const auto clamp = [](int64_t w, int64_t at) { return int(w < 0 || w > at ? at : w); };
+  return {clamp(window_left, seqlen_k), clamp(window_right, seqlen_q)};
 }
 
 }  // namespace hopattn::sm90::ws
