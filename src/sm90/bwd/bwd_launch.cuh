@@ -21,9 +21,9 @@
 namespace hopattn::sm90 {
 namespace bwd {
 
-template <DType kDType, int kHeadDim, bool kCausal>
+template <DType kDType, int kHeadDim, bool kCausal, bool kLocal = false>
 cudaError_t launch_main(const AttnBackwardProblem& bp, const WorkspaceLayout& w, char* ws, cudaStream_t stream) {
-  using Cfg = BwdConfig<kDType, kHeadDim, kCausal>;
+  using Cfg = BwdConfig<kDType, kHeadDim, kCausal, kLocal>;
   using K = BwdKernel<Cfg>;
   const AttnProblem& p = bp.fwd;
   typename K::Params params{};
@@ -95,8 +95,11 @@ cudaError_t run_bwd(const AttnBackwardProblem& bp, void* workspace, cudaStream_t
 
     bwd::bwd_preprocess_kernel<Element, kHeadDim><<<unsigned(row_grid), 256, 0, stream>>>(pp);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
-    cudaError_t e = p.masked() ? bwd::launch_main<kDType, kHeadDim, true>(bp, w, ws_bytes, stream)
-                             : bwd::launch_main<kDType, kHeadDim, false>(bp, w, ws_bytes, stream);
+    // Windowed problems run the local kernel (run-time bounds), causal ones the causal kernel.
+    const bool local = p.window_left >= 0 || (p.window_right >= 0 && !p.causal);
+    cudaError_t e = local      ? bwd::launch_main<kDType, kHeadDim, true, true>(bp, w, ws_bytes, stream)
+                    : p.causal ? bwd::launch_main<kDType, kHeadDim, true>(bp, w, ws_bytes, stream)
+                               : bwd::launch_main<kDType, kHeadDim, false>(bp, w, ws_bytes, stream);
     if (e != cudaSuccess) return e;
     using DqMainloop = bwd::BwdMainloop<bwd::BwdConfig<kDType, kHeadDim, false>>;  // dQ's fragment order
     pp.m_blocks = int(w.seqlen_q_padded / DqMainloop::kBlockM);  // the postprocess's query blocks

@@ -105,7 +105,7 @@ __device__ __forceinline__ void consume_head_split(const typename BwdKernel<Cfg>
           ws::wgmma_issue<true>(mma_sdp, op.k, op.q(_, _, _, st.index()), tSrS);
           release_staged();
           warpgroup_wait<0>();
-          scores_to_probs<Cfg::kCausal>(tSrS, tScS, op.lse(_, st.index()), key0, m * kBlockM, si.seqlen_k, lo_offset, hi_offset,
+          scores_to_probs<Cfg::kCausal, Cfg::kLocal>(tSrS, tScS, op.lse(_, st.index()), key0, m * kBlockM, si.seqlen_k, lo_offset, hi_offset,
                                         Mainloop::step_needs_mask(si, blk.n_block, m), mp.scale_log2);
           ws::convert_fragment(tSrS, tPrP);
           copy(store_tile, thr_store.retile_S(tPrP), thr_store.partition_D(tile_buf(ss.p.data(), buf)));

@@ -69,7 +69,7 @@ __device__ __forceinline__ void consume_key_split(const typename BwdKernel<Cfg>:
         ws::wgmma_issue<true>(mma_sdp, op.v, op.dout(_, _, _, st.index()), tdPrdP);
         warpgroup_wait<1>();  // S^T done; dP^T may still run
 
-        scores_to_probs<Cfg::kCausal>(tSrS, tScS, op.lse(_, st.index()), key0, m * kBlockM, si.seqlen_k, lo_offset, hi_offset,
+        scores_to_probs<Cfg::kCausal, Cfg::kLocal>(tSrS, tScS, op.lse(_, st.index()), key0, m * kBlockM, si.seqlen_k, lo_offset, hi_offset,
                                       Mainloop::step_needs_mask(si, blk.n_block, m), mp.scale_log2);
         warpgroup_wait<0>();  // dP^T done
         // dS^T = P^T * (dP^T - D), in place of dP^T.

@@ -130,7 +130,7 @@ __device__ __forceinline__ void bulk_wait_complete() {
 // <= j <= i + hi_offset (the window: lo_offset = d - left, hi_offset = d + right, d = seqlen_k -
 // seqlen_q); hidden entries become 0 (lse is +inf for padded and key-less rows, so their columns
 // vanish too). `coords` maps fragment positions to (key, query) within the tile.
-template <bool kCausal, class Frag, class Coords, class RowTensor>
+template <bool kCausal, bool kLocal, class Frag, class Coords, class RowTensor>
 __device__ __forceinline__ void scores_to_probs(Frag& s_t, const Coords& coords, const RowTensor& lse_row, int key0,
                                                 int query0, int seqlen_k, int lo_offset, int hi_offset, bool needs_mask,
                                                 float scale_log2) {
@@ -148,7 +148,7 @@ __device__ __forceinline__ void scores_to_probs(Frag& s_t, const Coords& coords,
       float s = s_rc(r, c);
       if (needs_mask) {
         const int key = key0 + get<0>(c_rc(r, c));
-        if (kCausal ? (key >= key_limit || key < key_first) : key >= seqlen_k) s = -INFINITY;
+        if (kCausal ? (key >= key_limit || (kLocal && key < key_first)) : key >= seqlen_k) s = -INFINITY;
       }
       s_rc(r, c) = ws::fast_exp2(s * scale_log2 - lse);
     }

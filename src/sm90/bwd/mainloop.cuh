@@ -181,9 +181,14 @@ struct BwdMainloop {
     // the bounds as Params' (unbounded stored as the max seqlen_k).
     int left, right;
   };
+  // The window bounds the kernel uses: run-time (Params) in the local kernel, causal's otherwise
+  // (right 0, left past every key), so the causal kernel folds them into its arithmetic.
+  static constexpr int kUnboundedLeft = 1 << 30;
+  __device__ static int window_left(const Params& p) { return Cfg::kLocal ? p.window_left : kUnboundedLeft; }
+  __device__ static int window_right(const Params& p) { return Cfg::kLocal ? p.window_right : 0; }
   __device__ static SeqInfo seq_info(const Params& p, int b) {
     if (p.cu_q == nullptr)
-      return {0, 0, p.seqlen_k, p.seqlen_q, p.seqlen_k, b, p.row_layout.base(b, 0), p.window_left, p.window_right};
+      return {0, 0, p.seqlen_k, p.seqlen_q, p.seqlen_k, b, p.row_layout.base(b, 0), window_left(p), window_right(p)};
     // Clamped to the tensors (unchecked index values give wrong rows, never stray accesses).
     const int oq = min(max(__ldg(p.cu_q + b), 0), p.rows_q);
     const int ok = min(max(__ldg(p.cu_k + b), 0), p.rows_k);
@@ -191,7 +196,7 @@ struct BwdMainloop {
     const int lk = min(max(__ldg(p.cu_k + b + 1) - ok, 0), p.rows_k - ok);
     const int uq = p.used_q == nullptr ? lq : min(max(__ldg(p.used_q + b), 0), lq);
     const int uk = p.used_k == nullptr ? lk : min(max(__ldg(p.used_k + b), 0), lk);
-    return {oq, ok, lk, uq, uk, 0, p.row_layout.base(b, oq), p.window_left, p.window_right};
+    return {oq, ok, lk, uq, uk, 0, p.row_layout.base(b, oq), window_left(p), window_right(p)};
   }
 
   static Params make_params(const AttnBackwardProblem& bp, float* lse_log2, float* dpsum, const RowLayout& rl) {
@@ -342,7 +347,8 @@ struct BwdMainloop {
     if constexpr (Cfg::kCausal) {
       const int d = si.seqlen_k - si.seqlen_q;
       // Right edge for the block's first query row, left edge for its last one.
-      return key_end - 1 > m_block * kBlockM + d + si.right || n_block * kBlockN < (m_block + 1) * kBlockM - 1 + d - si.left;
+      if (key_end - 1 > m_block * kBlockM + d + si.right) return true;
+      return Cfg::kLocal && n_block * kBlockN < (m_block + 1) * kBlockM - 1 + d - si.left;
     }
     return false;
   }

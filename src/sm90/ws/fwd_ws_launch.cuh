@@ -53,9 +53,16 @@ cudaError_t launch_ws_config(const Problem& prob, const AttnProblem& pr, cudaStr
 }
 
 // Launches one configuration; kFlags picks the stage (kStageA/B/C in tile_shape.hpp).
-template <DType kDType, int kHeadDim, bool kCausal, unsigned kFlags, int kBlockNOverride = 0, bool kVarlen = false>
+template <DType kDType, int kHeadDim, bool kCausal, unsigned kFlags, int kBlockNOverride = 0, bool kVarlen = false,
+          bool kLocal = false>
 cudaError_t launch_fwd_ws(const AttnProblem& pr, cudaStream_t stream) {
-  return launch_ws_config<FwdWsConfig<kDType, kHeadDim, kCausal, kFlags, kBlockNOverride, kVarlen>>(pr, pr, stream);
+  return launch_ws_config<FwdWsConfig<kDType, kHeadDim, kCausal, kFlags, kBlockNOverride, kVarlen, kLocal>>(pr, pr,
+                                                                                                          stream);
+}
+
+// A window other than causal's (a left bound, or a right one without causal): the local kernels.
+inline bool needs_local_kernel(const AttnProblem& pr) {
+  return pr.window_left >= 0 || (pr.window_right >= 0 && !pr.causal);
 }
 
 // Sequence, head and tile indices are 32-bit in the kernel (TMA coordinates are 32-bit too); the
@@ -79,12 +86,16 @@ cudaError_t run_fwd_ws(const AttnProblem& pr, cudaStream_t stream) {
   } else {
     if (pr.dtype != kDType || pr.head_dim != kHeadDim) return cudaErrorInvalidValue;
     if (!ws_indices_fit(pr)) return cudaErrorNotSupported;
-    // Causal and windowed problems run the masked instantiations (the bounds are run-time values).
-    if (pr.varlen()) {  // one kernel per mask: lengths vary, so the default key tile for all
-      return pr.masked() ? launch_fwd_ws<kDType, kHeadDim, true, kFlags, kBlockNOverride, true>(pr, stream)
-                       : launch_fwd_ws<kDType, kHeadDim, false, kFlags, kBlockNOverride, true>(pr, stream);
+    // Windowed problems run the local kernels (run-time bounds), causal ones the causal kernels.
+    if (needs_local_kernel(pr)) {
+      return pr.varlen() ? launch_fwd_ws<kDType, kHeadDim, true, kFlags, kBlockNOverride, true, true>(pr, stream)
+                         : launch_fwd_ws<kDType, kHeadDim, true, kFlags, kBlockNOverride, false, true>(pr, stream);
     }
-    if (pr.masked()) return launch_fwd_ws<kDType, kHeadDim, true, kFlags, kBlockNOverride>(pr, stream);
+    if (pr.varlen()) {  // one kernel per mask: lengths vary, so the default key tile for all
+      return pr.causal ? launch_fwd_ws<kDType, kHeadDim, true, kFlags, kBlockNOverride, true>(pr, stream)
+                      : launch_fwd_ws<kDType, kHeadDim, false, kFlags, kBlockNOverride, true>(pr, stream);
+    }
+    if (pr.causal) return launch_fwd_ws<kDType, kHeadDim, true, kFlags, kBlockNOverride>(pr, stream);
     if constexpr (kHeadDim == 128 && kBlockNOverride == 0) {
       switch (heuristics::d128_noncausal_key_tile(pr.seqlen_k)) {
         case 128: return launch_fwd_ws<kDType, kHeadDim, false, kFlags, 128>(pr, stream);

@@ -334,7 +334,7 @@ struct FwdMainloop {
 
   // ---- consumers (all kNumMmaThreads threads) -----------------------------------------------------
 
-  using Mask = FwdMask<kBlockM, kBlockN, Cfg::kCausalMask>;
+  using Mask = FwdMask<kBlockM, kBlockN, Cfg::kCausalMask, Cfg::kLocal>;
   static constexpr int kRowsPerThread = 2;  // rows of a 64-row WGMMA accumulator held per thread
   using Softmax = std::conditional_t<kFp8, BlockScaledSoftmax<kRowsPerThread>, OnlineSoftmax<kRowsPerThread>>;
 

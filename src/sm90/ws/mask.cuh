@@ -14,21 +14,23 @@ namespace hopattn::sm90::ws {
 // (right) (make_window): far enough to reach every key from every row, and the sums stay inside
 // int (seqlen <= INT_MAX / 2). An empty range means the row sees no key at all; the softmax then
 // yields zeros and lse = -inf.
-template <int kBlockM, int kBlockN, bool kMasked>
+// kLocal: the window's run-time bounds; without it a masked kernel is causal (right 0, no left
+// bound) with compile-time bounds.
+template <int kBlockM, int kBlockN, bool kMasked, bool kLocal = false>
 struct FwdMask {
   int seqlen_q, seqlen_k;
   int left, right;
 
   __device__ __forceinline__ int key_limit(int row) const {
     if constexpr (kMasked) {
-      const int limit = row + 1 + seqlen_k - seqlen_q + right;
+      const int limit = row + 1 + seqlen_k - seqlen_q + (kLocal ? right : 0);
       return limit < seqlen_k ? limit : seqlen_k;
     } else {
       return seqlen_k;
     }
   }
   __device__ __forceinline__ int key_first(int row) const {
-    if constexpr (kMasked) {
+    if constexpr (kLocal) {
       const int first = row + seqlen_k - seqlen_q - left;
       return first > 0 ? first : 0;
     } else {
@@ -48,7 +50,7 @@ struct FwdMask {
     return keys <= 0 ? 0 : (keys + kBlockN - 1) / kBlockN;
   }
   __device__ __forceinline__ int n_block_begin(int m_block) const {
-    if constexpr (kMasked) return key_first(m_block * kBlockM) / kBlockN;
+    if constexpr (kLocal) return key_first(m_block * kBlockM) / kBlockN;
     return 0;
   }
 
@@ -57,8 +59,9 @@ struct FwdMask {
   __device__ __forceinline__ bool block_needs_mask(int m_block, int n_block) const {
     const int block_end = (n_block + 1) * kBlockN;
     if (block_end > seqlen_k) return true;
-    if constexpr (kMasked)
+    if constexpr (kLocal)
       return block_end > key_limit(m_block * kBlockM) || n_block * kBlockN < key_first((m_block + 1) * kBlockM - 1);
+    if constexpr (kMasked) return block_end > key_limit(m_block * kBlockM);
     return false;
   }
 
@@ -67,7 +70,7 @@ struct FwdMask {
   // kernel always had; the choice is uniform per block.
   template <class Scores, class Coords>
   __device__ __forceinline__ void apply(Scores& s_rc, const Coords& c_rc, int m_block, int n_block) const {
-    if constexpr (kMasked) {
+    if constexpr (kLocal) {
       if (n_block * kBlockN < key_first((m_block + 1) * kBlockM - 1)) {
         apply_rows<true>(s_rc, c_rc, m_block, n_block);
         return;

@@ -62,8 +62,10 @@ struct WsSchedule {
 // kVarlen_: packed variable-length batches (forward_varlen). A separate kernel, because reading the
 // sequence bounds per tile and the boundary stores cost the fixed-length kernels 2-5% when they
 // were runtime branches (measured on the H200, docs/perf-notes.md).
+// kLocal_ (with kCausal): a sliding window with run-time bounds (ws/mask.cuh). Also separate: as run-time
+// bounds inside the causal kernel it cost d64 causal 4-12% (41 LDL/STL in its SASS, docs/design-window.md).
 template <DType kDType, int kHeadDim_, bool kCausal, unsigned kFlags = kStageE, int kBlockNOverride = 0,
-          bool kVarlen_ = false>
+          bool kVarlen_ = false, bool kLocal_ = false>
 struct FwdWsConfig : WsSchedule<kFlags> {
   static_assert(kHeadDim_ == 64 || kHeadDim_ == 128 || kHeadDim_ == 256, "head_dim must be 64, 128 or 256");
   static_assert(kDType == DType::kBF16 || kDType == DType::kFP16, "16-bit inputs only");
@@ -97,6 +99,7 @@ struct FwdWsConfig : WsSchedule<kFlags> {
 
   static constexpr bool kCausalMask = kCausal;
   static constexpr bool kVarlen = kVarlen_;
+  static constexpr bool kLocal = kCausal && kLocal_;
 
   // Separate O buffer only where Q + 2 stages of K and V + O fit in 227 KB (minus ~1 KB for the
   // barriers): d64 and d128 causal do; d128 at N=176 and d256 do not, and reuse Q's buffer for O.
@@ -137,6 +140,7 @@ struct Fp8FwdConfig : WsSchedule<kFlags> {
   static constexpr int kConsumerRegs = kNumConsumerWG == 2 ? 240 : 160;
   static constexpr bool kCausalMask = kCausal;
   static constexpr bool kVarlen = false;
+  static constexpr bool kLocal = false;
   static constexpr int kElementBytes = 1;
   // O is 16-bit and Q 8-bit: O never fits Q's buffer, so it always has its own.
   static constexpr bool kSeparateO = true;
