@@ -40,6 +40,16 @@ class HopattnTensor(ctypes.Structure):
     ]
 
 
+# The ABI 6 tail of the four attention structs: the window (read only when has_window) and softcap
+# (0: off; the sm90 kernels reject others, and Python does not expose it yet).
+_WINDOW_SOFTCAP_FIELDS = [
+    ("has_window", ctypes.c_int32),
+    ("window_left", ctypes.c_int64),
+    ("window_right", ctypes.c_int64),
+    ("softcap", ctypes.c_float),
+]
+
+
 class HopattnFwdArgs(ctypes.Structure):
     """struct hopattn_fwd_args (ABI 6: the window fields, read only when has_window)."""
 
@@ -52,11 +62,7 @@ class HopattnFwdArgs(ctypes.Structure):
         ("causal", ctypes.c_int32),
         ("has_softmax_scale", ctypes.c_int32),
         ("softmax_scale", ctypes.c_float),
-        ("has_window", ctypes.c_int32),
-        ("window_left", ctypes.c_int64),
-        ("window_right", ctypes.c_int64),
-        ("softcap", ctypes.c_float),  # 0: off (the sm90 kernels reject others; not exposed in Python yet)
-    ]
+    ] + _WINDOW_SOFTCAP_FIELDS
 
 
 class HopattnBwdArgs(ctypes.Structure):
@@ -76,11 +82,7 @@ class HopattnBwdArgs(ctypes.Structure):
         ("has_softmax_scale", ctypes.c_int32),
         ("softmax_scale", ctypes.c_float),
         ("deterministic", ctypes.c_int32),
-        ("has_window", ctypes.c_int32),
-        ("window_left", ctypes.c_int64),
-        ("window_right", ctypes.c_int64),
-        ("softcap", ctypes.c_float),  # 0: off (the sm90 kernels reject others; not exposed in Python yet)
-    ]
+    ] + _WINDOW_SOFTCAP_FIELDS
 
 
 class HopattnVarlenFwdArgs(ctypes.Structure):
@@ -103,11 +105,7 @@ class HopattnVarlenFwdArgs(ctypes.Structure):
         ("has_softmax_scale", ctypes.c_int32),
         ("softmax_scale", ctypes.c_float),
         ("check_index_values", ctypes.c_int32),
-        ("has_window", ctypes.c_int32),
-        ("window_left", ctypes.c_int64),
-        ("window_right", ctypes.c_int64),
-        ("softcap", ctypes.c_float),  # 0: off (the sm90 kernels reject others; not exposed in Python yet)
-    ]
+    ] + _WINDOW_SOFTCAP_FIELDS
 
 
 class HopattnVarlenBwdArgs(ctypes.Structure):
@@ -135,11 +133,7 @@ class HopattnVarlenBwdArgs(ctypes.Structure):
         ("softmax_scale", ctypes.c_float),
         ("deterministic", ctypes.c_int32),
         ("check_index_values", ctypes.c_int32),
-        ("has_window", ctypes.c_int32),
-        ("window_left", ctypes.c_int64),
-        ("window_right", ctypes.c_int64),
-        ("softcap", ctypes.c_float),  # 0: off (the sm90 kernels reject others; not exposed in Python yet)
-    ]
+    ] + _WINDOW_SOFTCAP_FIELDS
 
 
 # FP8 (ABI 3). Optional tensors (lse, descales) are left out as HopattnTensor(): data NULL, ndim 0.

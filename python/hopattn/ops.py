@@ -138,21 +138,20 @@ def _torch_grad_outputs(torch, q, k, v):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
-def _torch_dout(torch, dout, q):
-    """dout as the library takes it: q's dtype, contiguous last dim, 16-byte aligned rows. Autograd
-    often hands over expanded (stride 0) or otherwise odd gradients; those get one dense copy."""
+def _torch_dout(torch, dout, q, ndim=4):
+    """dout as the library takes it: q's dtype, `ndim` dims (4, or varlen's packed 3) with a
+    contiguous last dim, 16-byte aligned rows. Autograd often hands over expanded (stride 0) or
+    otherwise odd gradients; those get one dense copy."""
     if dout.dtype != q.dtype:
         dout = dout.to(q.dtype)
     per16 = max(16 // dout.element_size(), 1)
     sizes = dout.shape
     strides = dout.stride()
     usable = (
-        len(sizes) == 4
-        and strides[3] == 1
+        len(sizes) == ndim
+        and strides[-1] == 1
         and dout.data_ptr() % 16 == 0
-        and (sizes[0] <= 1 or strides[0] % per16 == 0)
-        and (sizes[1] <= 1 or strides[1] % per16 == 0)
-        and (sizes[2] <= 1 or strides[2] % per16 == 0)
+        and all(sizes[i] <= 1 or strides[i] % per16 == 0 for i in range(ndim - 1))
     )
     if not usable:
         # clone, not contiguous(): contiguous() returns a misaligned contiguous view unchanged.

@@ -27,6 +27,7 @@ from .ops import (
     _is_numpy_array,
     _numpy_tensor,
     _only_device_modes,
+    _torch_dout,
     _torch_module_of,
     _torch_ops_module,
     _torch_tensor,
@@ -170,28 +171,6 @@ def _grad_outputs(torch, q, k, v):
     return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
 
 
-def _dense_dout(torch, dout, q):
-    """dout as the library takes it: q's dtype, contiguous last dim, 16-byte aligned rows (ops'
-    _torch_dout for the packed 3-dim layout). Autograd often hands over expanded (stride 0) or
-    otherwise odd gradients; those get one dense copy."""
-    if dout.dtype != q.dtype:
-        dout = dout.to(q.dtype)
-    per16 = max(16 // dout.element_size(), 1)
-    sizes = dout.shape
-    strides = dout.stride()
-    usable = (
-        len(sizes) == 3
-        and strides[2] == 1
-        and dout.data_ptr() % 16 == 0
-        and (sizes[0] <= 1 or strides[0] % per16 == 0)
-        and (sizes[1] <= 1 or strides[1] % per16 == 0)
-    )
-    if not usable:
-        # clone, not contiguous(): contiguous() returns a misaligned contiguous view unchanged.
-        dout = dout.clone(memory_format=torch.contiguous_format)
-    return dout
-
-
 def _bwd_args(tensor, q, k, v, out, dout, lse, dq, dk, dv, index, max_seqlen_q, max_seqlen_k, causal, softmax_scale,
               deterministic, check_index_values, window):
     """HopattnVarlenBwdArgs; tensor as for _args."""
@@ -210,7 +189,7 @@ def _launch_backward(torch, q, k, v, out, dout, lse, index, max_seqlen_q, max_se
     with its workspace from torch's allocator (uint8, on that stream); or, for CPU tensors (the
     custom op's CPU kernel), from the CPU reference one sequence at a time (_backward_cpu). q, k, v
     and the index tensors already checked by _check_torch (the forward's, or _op_backward's)."""
-    dout = _dense_dout(torch, dout, q)
+    dout = _torch_dout(torch, dout, q, ndim=3)
     dq, dk, dv = _grad_outputs(torch, q, k, v)
     if q.device.type == "cpu":
         _backward_cpu(torch, q, k, v, out, dout, lse, dq, dk, dv, index, max_seqlen_q, max_seqlen_k, causal,

@@ -35,6 +35,16 @@ bool to_tensor(const hopattn_tensor& c, const char* name, hopattn::TensorRef* t)
 }
 
 // Returns -1 after setting g_last_error when the C struct itself is malformed.
+// The options the four attention structs share (ABI 6): causal, the optional softmax scale, the
+// window (read only when has_window, so a zero-initialised struct has none) and softcap.
+template <class CArgs, class Args>
+void copy_attention_options(const CArgs& a, Args* out) {
+  out->causal = a.causal != 0;
+  if (a.has_softmax_scale) out->softmax_scale = a.softmax_scale;
+  if (a.has_window) out->window = {a.window_left, a.window_right};
+  out->softcap = a.softcap;
+}
+
 int to_args(const hopattn_fwd_args* a, hopattn::ForwardArgs* out) {
   if (a == nullptr) {
     g_last_error = "args is null";
@@ -44,10 +54,7 @@ int to_args(const hopattn_fwd_args* a, hopattn::ForwardArgs* out) {
       !to_tensor(a->out, "out", &out->out))
     return HOPATTN_INVALID_ARGUMENT;
   if (a->lse.data != nullptr && !to_tensor(a->lse, "lse", &out->lse)) return HOPATTN_INVALID_ARGUMENT;
-  out->causal = a->causal != 0;
-  if (a->has_softmax_scale) out->softmax_scale = a->softmax_scale;
-  if (a->has_window) out->window = {a->window_left, a->window_right};
-  out->softcap = a->softcap;
+  copy_attention_options(*a, out);
   return HOPATTN_SUCCESS;
 }
 
@@ -64,11 +71,8 @@ int to_args(const hopattn_bwd_args* a, hopattn::BackwardArgs* out) {
   if (!(a->out.data == nullptr && a->out.ndim == 0) && !to_tensor(a->out, "out", &out->out))
     return HOPATTN_INVALID_ARGUMENT;
   if (a->lse.data != nullptr && !to_tensor(a->lse, "lse", &out->lse)) return HOPATTN_INVALID_ARGUMENT;
-  out->causal = a->causal != 0;
-  if (a->has_softmax_scale) out->softmax_scale = a->softmax_scale;
+  copy_attention_options(*a, out);
   out->deterministic = a->deterministic != 0;
-  if (a->has_window) out->window = {a->window_left, a->window_right};
-  out->softcap = a->softcap;
   return HOPATTN_SUCCESS;
 }
 
@@ -96,11 +100,8 @@ int to_args(const hopattn_varlen_fwd_args* a, hopattn::VarlenForwardArgs* out) {
   if (a->lse.data != nullptr && !to_tensor(a->lse, "lse", &out->lse)) return HOPATTN_INVALID_ARGUMENT;
   out->max_seqlen_q = a->max_seqlen_q;
   out->max_seqlen_k = a->max_seqlen_k;
-  out->causal = a->causal != 0;
-  if (a->has_softmax_scale) out->softmax_scale = a->softmax_scale;
+  copy_attention_options(*a, out);
   out->check_index_values = a->check_index_values != 0;
-  if (a->has_window) out->window = {a->window_left, a->window_right};
-  out->softcap = a->softcap;
   return HOPATTN_SUCCESS;
 }
 
@@ -257,12 +258,9 @@ int to_args(const hopattn_varlen_bwd_args* a, hopattn::VarlenBackwardArgs* out) 
   if (a->lse.data != nullptr && !to_tensor(a->lse, "lse", &out->lse)) return HOPATTN_INVALID_ARGUMENT;
   out->max_seqlen_q = a->max_seqlen_q;
   out->max_seqlen_k = a->max_seqlen_k;
-  out->causal = a->causal != 0;
-  if (a->has_softmax_scale) out->softmax_scale = a->softmax_scale;
+  copy_attention_options(*a, out);
   out->deterministic = a->deterministic != 0;
   out->check_index_values = a->check_index_values != 0;
-  if (a->has_window) out->window = {a->window_left, a->window_right};
-  out->softcap = a->softcap;
   return HOPATTN_SUCCESS;
 }
 
