@@ -279,11 +279,33 @@ Launcher L() {
   return &run_stage<kDType, kD, kStage, kBlockN>;
 }
 
+// A configuration with kM query rows per tile instead of the default (tile-size search: d64 causal
+// with 128 rows, i.e. two consumer warpgroups of 240 registers and the folded order, against the
+// default 192 rows and three of 160). Every member derived from kBlockM is redefined here.
+template <class Base, int kM>
+struct WithBlockM : Base {
+  static constexpr int kBlockM = kM;
+  static constexpr int kNumConsumerWG = kM / 64;
+  static constexpr int kNumMmaThreads = kNumConsumerWG * 128;
+  static constexpr int kNumThreads = kNumMmaThreads + 128;
+  static constexpr int kProducerRegs = kNumConsumerWG == 2 ? 24 : 32;
+  static constexpr int kConsumerRegs = kNumConsumerWG == 2 ? 240 : 160;
+  static_assert(kM <= Base::kBlockM, "a smaller tile keeps the base's shared-memory decisions valid");
+};
+
+template <class Cfg>
+cudaError_t run_cfg(const AttnProblem& pr, cudaStream_t s) {
+  if (pr.causal != Cfg::kCausalMask) return cudaErrorInvalidValue;
+  return ws::launch_ws_config<Cfg>(pr, pr, s);
+}
+
 struct Variant {
   const char* name;
   int d;
   Launcher fn;
   int snake = -1;  // heuristics::FwdTuning::snake override; < 0 keeps the library's heuristic
+  int fold = -1;   // heuristics::FwdTuning::fold override (HOPATTN_WS_FOLD); < 0 keeps the heuristic
+  bool causal_only = false;  // a causal-only configuration: skip non-causal shapes and checks
 };
 
 // The schedule variants, all bf16. Stage letters as in tile_shape.hpp: D = overlap + ping-pong +
@@ -294,7 +316,12 @@ static const std::vector<Variant>& variants() {
   constexpr DType BF = DType::kBF16;
   using namespace ws;
   static const std::vector<Variant> v = {
-#ifdef WS_PROBE_QUICK
+#if defined(WS_PROBE_D64)
+      {"E", 64, L<BF, 64, kStageE>()},
+      {"E fold", 64, L<BF, 64, kStageE>(), -1, 1},
+      {"E M128", 64, &run_cfg<WithBlockM<FwdWsConfig<BF, 64, true, kStageE>, 128>>, -1, -1, true},
+      {"M128 nofold", 64, &run_cfg<WithBlockM<FwdWsConfig<BF, 64, true, kStageE>, 128>>, -1, 0, true},
+#elif defined(WS_PROBE_QUICK)
       {"D", 128, L<BF, 128, kStageD>()},
       {"E", 128, L<BF, 128, kStageE>()},
 #else
@@ -313,7 +340,10 @@ static const std::vector<Variant>& variants() {
   return v;
 }
 
-static void apply_tuning(const Variant& v) { hopattn::heuristics::fwd_tuning().snake = v.snake; }
+static void apply_tuning(const Variant& v) {
+  hopattn::heuristics::fwd_tuning().snake = v.snake;
+  hopattn::heuristics::fwd_tuning().fold = v.fold;
+}
 
 static std::vector<Case> check_cases(int d) {
   constexpr DType BF = DType::kBF16;
@@ -366,6 +396,7 @@ static void time_grid(const char* only_d) {
         for (int sweep = 0; sweep < 2; ++sweep) {
           for (size_t j = 0; j < vs.size(); ++j) {
             const size_t k = sweep == 0 ? j : vs.size() - 1 - j;
+            if (vs[k]->causal_only && !causal) continue;
             apply_tuning(*vs[k]);
             best[k] = std::max(best[k], time_case(c, vs[k]->fn));
           }
@@ -430,7 +461,8 @@ int main(int argc, char** argv) {
   for (const Variant& v : variants()) {
     std::printf("variant %s d%d:\n", v.name, v.d);
     apply_tuning(v);
-    for (const Case& c : check_cases(v.d)) all_ok &= check_case(c, v.fn);
+    for (const Case& c : check_cases(v.d))
+      if (c.causal || !v.causal_only) all_ok &= check_case(c, v.fn);
   }
   if (argc >= 2 && std::strcmp(argv[1], "--grid") == 0) time_grid(argc >= 3 ? argv[2] : nullptr);
   std::printf("%s\n", all_ok ? "ALL PASS" : "SOME FAILED");

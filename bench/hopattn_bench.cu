@@ -1,7 +1,7 @@
 // hopattn-bench: times hopattn::forward with CUDA events (median of many runs after warm-up),
 // rotating among enough input sets that L2 (60 MB on H200) cannot flatter the numbers.
 // Usage: hopattn-bench [--batch B --seqlen S --seqlen-k SK --heads H --heads-kv HKV --hdim D
-//                       --causal 0|1 --window-left L --window-right R --dtype bf16|fp16 --iters N --fp8]
+//                       --causal 0|1 --window-left L --window-right R --softcap C --dtype bf16|fp16 --iters N --fp8]
 //                      | [--paper-grid]
 // TFLOP/s: 4*b*h*sq*sk*d (halved when causal); with a window, 4*d per (query, key) pair a row sees.
 // --fp8 times, per shape, the FP8 attention kernel alone (e4m3 inputs and V^T already in place),
@@ -9,6 +9,7 @@
 // and the 16-bit forward, all with the same input rotation.
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -25,6 +26,7 @@ struct Shape {
   bool causal = false;
   hopattn::DType dtype = hopattn::DType::kBF16;
   hopattn::Window window{};
+  float softcap = 0.f;
 };
 
 // FLOPs: tools::attention_flops' figure, or with a window 4 * d per (query, key) pair a row sees,
@@ -73,6 +75,7 @@ Timing time_forward(const Shape& s, int iters, Mode mode = Mode::kForward) {
     args[i].lse = make_tensor(l->ptr, DType::kFP32, s.batch, s.heads, s.seqlen_q);
     args[i].causal = s.causal;
     args[i].window = s.window;
+    args[i].softcap = s.softcap;
     for (auto* b : {&q, &k, &v, &o, &l}) bufs.push_back(std::move(*b));
   }
 
@@ -178,10 +181,10 @@ void print_row(const Shape& s, const Timing& t) {
                 (long long)s.seqlen_k, (long long)s.heads, (long long)s.heads_kv, t.error.c_str());
     return;
   }
-  std::printf("%-5s d=%-3lld causal=%d b=%-3lld sq=%-6lld sk=%-6lld h=%-3lld hkv=%-3lld win=(%lld,%lld)  %9.3f ms  %7.1f TFLOP/s\n",
+  std::printf("%-5s d=%-3lld causal=%d b=%-3lld sq=%-6lld sk=%-6lld h=%-3lld hkv=%-3lld win=(%lld,%lld) cap=%g  %9.3f ms  %7.1f TFLOP/s\n",
               hopattn::dtype_name(s.dtype), (long long)s.hdim, s.causal, (long long)s.batch, (long long)s.seqlen_q,
               (long long)s.seqlen_k, (long long)s.heads, (long long)s.heads_kv, (long long)s.window.left,
-              (long long)s.window.right, t.median_ms, t.tflops);
+              (long long)s.window.right, double(s.softcap), t.median_ms, t.tflops);
 }
 
 int64_t arg_int(int& i, int argc, char** argv) {
@@ -210,6 +213,7 @@ int main(int argc, char** argv) {
     else if (a == "--causal") s.causal = arg_int(i, argc, argv) != 0;
     else if (a == "--window-left") s.window.left = arg_int(i, argc, argv);
     else if (a == "--window-right") s.window.right = arg_int(i, argc, argv);
+    else if (a == "--softcap" && i + 1 < argc) s.softcap = std::strtof(argv[++i], nullptr);
     else if (a == "--iters") iters = static_cast<int>(std::max<int64_t>(3, arg_int(i, argc, argv)));
     else if (a == "--dtype" && i + 1 < argc) {
       const std::string d = argv[++i];
@@ -219,7 +223,7 @@ int main(int argc, char** argv) {
     else if (a == "--fp8") fp8 = true;
     else {
       std::fprintf(stderr, "unknown argument %s\nusage: %s [--batch B --seqlen S --seqlen-k SK --heads H "
-                           "--heads-kv HKV --hdim D --causal 0|1 --window-left L --window-right R --dtype bf16|fp16 --iters N] | "
+                           "--heads-kv HKV --hdim D --causal 0|1 --window-left L --window-right R --softcap C --dtype bf16|fp16 --iters N] | "
                            "[--paper-grid]\n",
                    a.c_str(), argv[0]);
       return 2;

@@ -50,7 +50,8 @@ TensorRef make_tensor(void* data, DType dtype, int64_t d0, int64_t d1, int64_t d
 // window is bottom-right aligned like causal). -1 leaves that side unbounded; (-1, -1) is full
 // attention. causal is right = 0: with causal set, right must be -1 or 0. A row whose window holds
 // no key gets out = 0 and lse = -inf (and zero gradients). Forward and backward, fixed-length and
-// varlen; not the FP8 or KV-cache calls.
+// varlen, and the KV-cache call (KvCacheArgs::window, sk = the sequence's cache length after the
+// append); not the FP8 calls.
 struct Window {
   int64_t left = -1, right = -1;
 };
@@ -267,7 +268,8 @@ Result quantize_fp8(const Fp8QuantizeArgs& args, cudaStream_t stream = nullptr);
 // sequence) or paged (fixed-size pages named by a page table). Optionally the call first appends
 // k_new/v_new to the cache in place. Sequence b attends to its first len_k(b) = cache_seqlens[b] +
 // seqlen_new cached keys (the appended ones included). Causal is bottom-right aligned per sequence:
-// query i of b sees key j iff j <= i + len_k(b) - seqlen_q. A row that sees no key gets out = 0 and
+// query i of b sees key j iff j <= i + len_k(b) - seqlen_q; a sliding window (`window`) is
+// bottom-right aligned the same way, with sk = len_k(b). A row that sees no key gets out = 0 and
 // lse = -inf. The keys of each (batch, kv head) are split over num_splits thread blocks (split-KV,
 // "flash-decoding") whose partial results a second kernel merges; the workspace holds them.
 struct KvCacheArgs {
@@ -291,10 +293,16 @@ struct KvCacheArgs {
   TensorRef lse;  // optional fp32 (batch, heads_q, seqlen_q), contiguous
   bool causal = false;
   std::optional<float> softmax_scale;  // default 1/sqrt(head_dim); must be finite and > 0
+  // Sliding window as ForwardArgs::window, per sequence with sk = len_k(b): query i of b sees key j
+  // iff i + len_k(b) - seqlen_q - left <= j <= i + len_k(b) - seqlen_q + right (-1: that side
+  // unbounded; with causal, right must be -1 or 0). The GPU kernel reads only the keys some row's
+  // window reaches: a 4k window over a 128k cache costs about 4k keys, not 128k.
+  Window window;  // default: none
   // Key splits per (batch, kv head): 0 picks them from the batch, heads, head_dim and cache
   // capacity so the thread blocks fill whole waves of the GPU (sm90/decode/plan.hpp); >= 1 forces
-  // that many (clamped to the cache capacity's 64-key blocks and to 128). Any value gives the same
-  // result up to fp32 rounding, and a given value gives bitwise identical results run to run.
+  // that many (clamped to the 64-key blocks of the keys one sequence can have in its window, at most
+  // the cache capacity, and to 128). Any value gives the same result up to fp32 rounding, and a
+  // given value gives bitwise identical results run to run.
   int num_splits = 0;
   // GPU only: copy cache_seqlens and the page table to the host (synchronising `stream`) and check
   // the values as attention_with_kvcache_cpu always does: cache_seqlens[b] >= 0,

@@ -11,7 +11,7 @@
 extern "C" {
 #endif
 
-#define HOPATTN_ABI_VERSION 6
+#define HOPATTN_ABI_VERSION 7
 
 enum hopattn_status {
   HOPATTN_SUCCESS = 0,
@@ -164,7 +164,10 @@ int hopattn_backward_varlen(const hopattn_varlen_bwd_args* args, void* workspace
  * k_new/v_new (batch, seqlen_new, heads_kv, head_dim), appended to the cache IN PLACE; lse fp32
  * (batch, heads_q, seqlen_q). Optional tensors (page_table, k_new, v_new, lse): data NULL and
  * ndim 0. On the GPU every tensor is device memory; workspace: device memory of
- * hopattn_attention_with_kvcache_workspace_size(args) bytes, 256-byte aligned (NULL when 0). */
+ * hopattn_attention_with_kvcache_workspace_size(args) bytes, 256-byte aligned (NULL when 0).
+ * Sliding window (ABI 7; see hopattn.hpp: KvCacheArgs::window): as hopattn_fwd_args's, per
+ * sequence with seqlen_k = the sequence's cache length after the append; read only when has_window
+ * is non-zero, so a zero-initialised struct means no window. */
 typedef struct hopattn_kvcache_args {
   hopattn_tensor q, k_cache, v_cache, cache_seqlens, page_table, k_new, v_new, out, lse;
   int32_t causal;
@@ -172,6 +175,8 @@ typedef struct hopattn_kvcache_args {
   float softmax_scale;
   int32_t num_splits; /* 0: heuristic */
   int32_t check_index_values;
+  int32_t has_window; /* (ABI 7) and the bounds: -1 = unbounded side; with causal, window_right -1 or 0 */
+  int64_t window_left, window_right; /* (ABI 7) */
 } hopattn_kvcache_args;
 
 size_t hopattn_attention_with_kvcache_workspace_size(const hopattn_kvcache_args* args);

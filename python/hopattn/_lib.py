@@ -7,8 +7,8 @@ import threading
 from pathlib import Path
 
 # Must equal HOPATTN_ABI_VERSION in hopattn_c.h; checked at load so a stale .so fails loudly
-# instead of misreading structs.
-ABI_VERSION = 6
+# instead of misreading structs. 7: hopattn_kvcache_args gained the sliding window.
+ABI_VERSION = 7
 
 # enum hopattn_dtype
 DTYPE_BF16 = 0
@@ -41,7 +41,8 @@ class HopattnTensor(ctypes.Structure):
 
 
 # The ABI 6 tail of the four attention structs: the window (read only when has_window) and softcap
-# (0: off; the sm90 kernels reject others, and Python does not expose it yet).
+# (0: off; > 0: scores become softcap * tanh(scale * q.k / softcap) before the softmax; the Python
+# API's softcap=, checked by ops._check_softcap).
 _WINDOW_SOFTCAP_FIELDS = [
     ("has_window", ctypes.c_int32),
     ("window_left", ctypes.c_int64),
@@ -397,19 +398,21 @@ def _window_fields(window_size):
     return _NO_WINDOW_FIELDS if (left, right) == (-1, -1) else (1, left, right)
 
 
-def make_fwd_args(q, k, v, out, lse, causal: bool, softmax_scale, window_size=None) -> HopattnFwdArgs:
+def make_fwd_args(q, k, v, out, lse, causal: bool, softmax_scale, window_size=None,
+                  softcap: float = 0.0) -> HopattnFwdArgs:
     """Pack HopattnTensors into HopattnFwdArgs; lse may be None (not computed); window_size is
-    (left, right) with -1 for unbounded, or None."""
+    (left, right) with -1 for unbounded, or None; softcap 0 is off."""
     if lse is None:
         lse = HopattnTensor()  # data NULL: the library skips lse
     has_scale, scale = _scale_fields(softmax_scale)
-    return HopattnFwdArgs(q, k, v, out, lse, 1 if causal else 0, has_scale, scale, *_window_fields(window_size), 0.0)
+    return HopattnFwdArgs(q, k, v, out, lse, 1 if causal else 0, has_scale, scale, *_window_fields(window_size),
+                          softcap)
 
 
 def make_bwd_args(q, k, v, out, dout, lse, dq, dk, dv, causal: bool, softmax_scale, deterministic: bool,
-                  window_size=None) -> HopattnBwdArgs:
+                  window_size=None, softcap: float = 0.0) -> HopattnBwdArgs:
     """Pack HopattnTensors into HopattnBwdArgs; out and lse may be None (NULL tensors: the CPU
-    reference recomputes them; the GPU path requires both)."""
+    reference recomputes them; the GPU path requires both). window_size and softcap: the forward's."""
     if out is None:
         out = HopattnTensor()
     if lse is None:
@@ -417,13 +420,13 @@ def make_bwd_args(q, k, v, out, dout, lse, dq, dk, dv, causal: bool, softmax_sca
     has_scale, scale = (0, 0.0) if softmax_scale is None else (1, float(softmax_scale))
     return HopattnBwdArgs(
         q, k, v, out, dout, lse, dq, dk, dv, 1 if causal else 0, has_scale, scale, 1 if deterministic else 0,
-        *_window_fields(window_size), 0.0,
+        *_window_fields(window_size), softcap,
     )
 
 
 def make_varlen_fwd_args(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q: int,
                          max_seqlen_k: int, causal: bool, softmax_scale, check_index_values: bool,
-                         window_size=None) -> HopattnVarlenFwdArgs:
+                         window_size=None, softcap: float = 0.0) -> HopattnVarlenFwdArgs:
     """Pack HopattnTensors into HopattnVarlenFwdArgs; lse, seqused_q and seqused_k may be None
     (lse not computed; every token of each sequence used)."""
     absent = HopattnTensor
@@ -436,13 +439,14 @@ def make_varlen_fwd_args(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_
         absent() if seqused_k is None else seqused_k,
         max_seqlen_q, max_seqlen_k,
         1 if causal else 0, has_scale, scale, 1 if check_index_values else 0,
-        *_window_fields(window_size), 0.0,
+        *_window_fields(window_size), softcap,
     )
 
 
 def make_varlen_bwd_args(q, k, v, out, dout, lse, dq, dk, dv, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k,
                         max_seqlen_q: int, max_seqlen_k: int, causal: bool, softmax_scale, deterministic: bool,
-                        check_index_values: bool, window_size=None) -> HopattnVarlenBwdArgs:
+                        check_index_values: bool, window_size=None,
+                         softcap: float = 0.0) -> HopattnVarlenBwdArgs:
     """Pack HopattnTensors into HopattnVarlenBwdArgs; seqused_q and seqused_k may be None (every
     token of each sequence used), lse None only to see the library's error (it is required)."""
     absent = HopattnTensor
@@ -456,7 +460,7 @@ def make_varlen_bwd_args(q, k, v, out, dout, lse, dq, dk, dv, cu_seqlens_q, cu_s
         absent() if seqused_k is None else seqused_k,
         max_seqlen_q, max_seqlen_k,
         1 if causal else 0, has_scale, scale, 1 if deterministic else 0, 1 if check_index_values else 0,
-        *_window_fields(window_size), 0.0,
+        *_window_fields(window_size), softcap,
     )
 
 
@@ -516,7 +520,9 @@ def torch_dtype_codes(torch) -> dict:
 class HopattnKvcacheArgs(ctypes.Structure):
     """struct hopattn_kvcache_args: q/out (batch, seqlen_q, heads_q, head_dim), the K/V cache
     (contiguous or paged), int32 cache_seqlens and optional page_table, optional k_new/v_new
-    (appended in place) and lse. Optional tensors are left out as HopattnTensor()."""
+    (appended in place) and lse. Optional tensors are left out as HopattnTensor(). ABI 7 appended
+    the sliding window (read only when has_window; per sequence with seqlen_k the cache length
+    after the append); there is no softcap field (the KV-cache kernel has no softcapping)."""
 
     _fields_ = [
         ("q", HopattnTensor),
@@ -533,12 +539,17 @@ class HopattnKvcacheArgs(ctypes.Structure):
         ("softmax_scale", ctypes.c_float),
         ("num_splits", ctypes.c_int32),
         ("check_index_values", ctypes.c_int32),
+        ("has_window", ctypes.c_int32),
+        ("window_left", ctypes.c_int64),
+        ("window_right", ctypes.c_int64),
     ]
 
 
 def make_kvcache_args(q, k_cache, v_cache, cache_seqlens, page_table, k_new, v_new, out, lse, causal: bool,
-                      softmax_scale, num_splits: int, check_index_values: bool) -> HopattnKvcacheArgs:
-    """Pack HopattnTensors into HopattnKvcacheArgs; page_table, k_new, v_new and lse may be None."""
+                      softmax_scale, num_splits: int, check_index_values: bool,
+                      window_size=None) -> HopattnKvcacheArgs:
+    """Pack HopattnTensors into HopattnKvcacheArgs; page_table, k_new, v_new and lse may be None;
+    window_size is (left, right) with -1 for unbounded, or None (no window)."""
     absent = HopattnTensor
     has_scale, scale = _scale_fields(softmax_scale)
     return HopattnKvcacheArgs(
@@ -549,4 +560,5 @@ def make_kvcache_args(q, k_cache, v_cache, cache_seqlens, page_table, k_new, v_n
         out,
         absent() if lse is None else lse,
         1 if causal else 0, has_scale, scale, num_splits, 1 if check_index_values else 0,
+        *_window_fields(window_size),
     )

@@ -4,10 +4,11 @@
 #     out = flash_attn_interface.flash_attn_func(q, k, v, causal=True)
 #
 # Same function names, argument names, argument order, defaults and return conventions. What
-# hopattn computes maps one-to-one onto hopattn.attention, sliding windows (window_size) included;
-# every argument that asks for something hopattn does not do (softcapping, FP8 descales, split-KV
-# tuning, a window in the KV-cache call, ...) raises NotImplementedError naming the argument, before
-# any tensor is touched: a caller must never get plain attention where it asked for something else.
+# hopattn computes maps one-to-one onto hopattn.attention, sliding windows (window_size) and
+# softcapping (softcap) included; every argument that asks for something hopattn does not do (FP8
+# descales, split-KV tuning, softcap in the KV-cache call, ...) raises
+# NotImplementedError naming the argument, before any tensor is touched: a caller must never get
+# plain attention where it asked for something else.
 # flash_attn_varlen_func maps onto hopattn.varlen_attention (differentiable on CUDA tensors);
 # flash_attn_with_kvcache maps onto hopattn.attention_with_kvcache (forward only);
 # flash_attn_combine and get_scheduler_metadata raise until hopattn has those features.
@@ -30,13 +31,6 @@ __all__ = [
 # --- unsupported arguments ----------------------------------------------------------------------
 
 
-def _is_no_window(window_size):
-    try:
-        return tuple(window_size) == ops.NO_WINDOW
-    except TypeError:  # not a sequence
-        return False
-
-
 # Each rule: (argument name, predicate "is this value one hopattn supports", what hopattn supports).
 # Ordered as in FA3's signatures, so the first offending argument is the one reported.
 _RULES = {
@@ -44,10 +38,9 @@ _RULES = {
     "q_descale": (lambda x: x is None, "None (bf16/fp16 inputs; FP8 is hopattn.forward_fp8)"),
     "k_descale": (lambda x: x is None, "None (bf16/fp16 inputs; FP8 is hopattn.forward_fp8)"),
     "v_descale": (lambda x: x is None, "None (bf16/fp16 inputs; FP8 is hopattn.forward_fp8)"),
-    # Only flash_attn_with_kvcache's: the KV-cache kernel has no sliding window (the others map it).
-    "window_size": (_is_no_window, "(-1, -1) (hopattn's KV-cache kernel has no sliding window)"),
     "attention_chunk": (lambda x: x == 0, "0 (no chunked attention)"),
-    "softcap": (lambda x: x == 0, "0.0 (no softcapping)"),
+    # Only flash_attn_with_kvcache's: the KV-cache kernel has no softcapping (the others map it).
+    "softcap": (lambda x: x == 0, "0.0 (hopattn's KV-cache kernel has no softcapping)"),
     # Two tuning hints whose maths is the same either way are accepted: num_splits 0 ("let the
     # library choose", which for hopattn is one split) and pack_gqa (hopattn already serves a GQA
     # group's query heads from one read of K/V). An explicit split count > 1 is not honoured.
@@ -128,6 +121,8 @@ def flash_attn_func(
     multiple of nheads_k (MQA/GQA). causal: mask aligned to the bottom-right corner (a row that sees
     no key gives 0). window_size=(left, right): sliding window, bottom-right aligned, -1 unbounded
     (with causal the right bound is 0, as in FA3). softmax_scale defaults to 1/sqrt(headdim).
+    softcap > 0: each score becomes softcap * tanh(softmax_scale * q.k / softcap) before the
+    softmax, forward and backward, as in FA3; 0.0 is off (a finite float >= 0, else ValueError).
     deterministic makes the backward bitwise reproducible.
 
     Returns out (batch, seqlen_q, nheads, headdim); with return_attn_probs=True, (out, softmax_lse)
@@ -139,13 +134,14 @@ def flash_attn_func(
     _reject_unsupported(
         "flash_attn_func",
         qv=qv, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, attention_chunk=attention_chunk,
-        softcap=softcap, num_splits=num_splits, pack_gqa=pack_gqa, sm_margin=sm_margin,
+        num_splits=num_splits, pack_gqa=pack_gqa, sm_margin=sm_margin,
     )
     window = _window(window_size, causal)
+    softcap = ops._check_softcap(softcap)  # before the copies below touch a tensor
     q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
     return ops.attention(
         q, k, v, causal=causal, softmax_scale=softmax_scale, return_lse=bool(return_attn_probs),
-        deterministic=deterministic, window_size=window,
+        deterministic=deterministic, window_size=window, softcap=softcap,
     )
 
 
@@ -173,17 +169,18 @@ def flash_attn_qkvpacked_func(
     """flash_attn_func on one packed tensor: qkv (batch, seqlen, 3, nheads, headdim), or with
     num_heads_q (GQA) qkv (batch, seqlen, num_heads_q + 2 * nheads_k, headdim) holding q's heads,
     then k's, then v's. q, k and v are strided views of qkv: nothing is copied, and the gradient
-    lands in one tensor shaped like qkv. window_size as for flash_attn_func."""
+    lands in one tensor shaped like qkv. window_size and softcap as for flash_attn_func."""
     _reject_unsupported(
         "flash_attn_qkvpacked_func",
         q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, attention_chunk=attention_chunk,
-        softcap=softcap, sm_margin=sm_margin,
+        sm_margin=sm_margin,
     )
     window = _window(window_size, causal)
+    softcap = ops._check_softcap(softcap)
     q, k, v = _unpack_qkv(qkv, num_heads_q)
     return ops.attention(
         q, k, v, causal=causal, softmax_scale=softmax_scale, return_lse=bool(return_attn_probs),
-        deterministic=deterministic, window_size=window,
+        deterministic=deterministic, window_size=window, softcap=softcap,
     )
 
 
@@ -235,7 +232,8 @@ def flash_attn_varlen_func(
     int32 (batch + 1,) prefix sums of the sequence lengths; max_seqlen_q, max_seqlen_k: the longest
     sequence of each side; seqused_q, seqused_k: optional int32 (batch,), use only the first
     seqused[b] tokens of sequence b. causal is bottom-right aligned per sequence, and so is
-    window_size=(left, right) (with causal the right bound is 0, as in FA3).
+    window_size=(left, right) (with causal the right bound is 0, as in FA3). softcap as for
+    flash_attn_func (0.0: off).
 
     Returns out (total_q, nheads, headdim); with return_attn_probs=True, (out, softmax_lse) with
     softmax_lse (nheads, total_q) float32, as FA3 does (no probabilities).
@@ -248,14 +246,15 @@ def flash_attn_varlen_func(
     _reject_unsupported(
         "flash_attn_varlen_func",
         qv=qv, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, attention_chunk=attention_chunk,
-        softcap=softcap, num_splits=num_splits, pack_gqa=pack_gqa, sm_margin=sm_margin,
+        num_splits=num_splits, pack_gqa=pack_gqa, sm_margin=sm_margin,
     )
     window = _window(window_size, causal)
+    softcap = ops._check_softcap(softcap)  # before the copies below touch a tensor
     q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
     return varlen.varlen_attention(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=causal, softmax_scale=softmax_scale,
         seqused_q=seqused_q, seqused_k=seqused_k, return_lse=bool(return_attn_probs), deterministic=deterministic,
-        window_size=window,
+        window_size=window, softcap=softcap,
     )
 
 
@@ -301,31 +300,38 @@ def flash_attn_with_kvcache(
     then attended to. cache_seqlens: int32 (batch,) or an int (the same length for every sequence);
     None means the whole cache (seqlen_cache, or page_table's pages) is valid, and then k, v cannot
     be appended. page_table: int32 (batch, max_num_blocks_per_seq). causal: bottom-right aligned.
+    window_size=(left, right): sliding window per sequence, bottom-right aligned over its cache
+    after the append (query i of sequence b sees key j iff i + len_k - seqlen_q - left <= j <=
+    i + len_k - seqlen_q + right, len_k = cache_seqlens[b] + seqlen_new), -1 unbounded; with
+    causal the right bound is 0, as in FA3 (so (w, w) with causal=True is (w, 0)). A pair of ints,
+    else TypeError naming window_size; bad values (below -1) raise ValueError from the library.
     num_splits: 0 lets hopattn choose; any value gives the same result up to fp32 rounding.
 
     Returns out (batch, seqlen_q, nheads, headdim); with return_softmax_lse=True (out, softmax_lse)
     with softmax_lse (batch, nheads, seqlen_q) float32, as FA3 does.
 
     Rotary embeddings, cache_batch_idx, cache_leftpad, varlen q/new keys, scheduler metadata,
-    sliding windows (the KV-cache kernel has none; flash_attn_func and flash_attn_varlen_func take
-    one), softcapping and FP8 descales are not supported: any non-default value raises
-    NotImplementedError naming the argument (see docs/python.md).
+    softcapping (the KV-cache kernel has none; flash_attn_func and flash_attn_varlen_func take it)
+    and FP8 descales are not supported: any non-default value raises NotImplementedError naming the
+    argument (see docs/python.md).
     """
     _reject_unsupported(
         "flash_attn_with_kvcache",
         qv=qv, rotary_cos=rotary_cos, rotary_sin=rotary_sin, cache_batch_idx=cache_batch_idx,
         cache_leftpad=cache_leftpad, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k_new=cu_seqlens_k_new,
         max_seqlen_q=max_seqlen_q, rotary_seqlens=rotary_seqlens, q_descale=q_descale, k_descale=k_descale,
-        v_descale=v_descale, window_size=window_size, attention_chunk=attention_chunk, softcap=softcap,
+        v_descale=v_descale, attention_chunk=attention_chunk, softcap=softcap,
         rotary_interleaved=rotary_interleaved, scheduler_metadata=scheduler_metadata, pack_gqa=pack_gqa,
         sm_margin=sm_margin,
     )
+    window = _window(window_size, causal)  # before any tensor is touched
     # As FA3: q, k, v get a contiguous last dim; the caches are never copied (the append is in place).
     q, k, v = (None if t is None else _last_dim_contiguous(t) for t in (q, k, v))
     cache_seqlens = _cache_seqlens(q, k_cache, cache_seqlens, page_table, k)
     return kvcache.attention_with_kvcache(
         q, k_cache, v_cache, cache_seqlens, k=k, v=v, page_table=page_table, causal=causal,
         softmax_scale=softmax_scale, num_splits=num_splits, return_lse=bool(return_softmax_lse),
+        window_size=window,
     )
 
 

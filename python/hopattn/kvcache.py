@@ -12,9 +12,11 @@ import operator
 
 from . import _lib
 from .ops import (
+    NO_WINDOW,
     _check_numpy_inputs,
     _check_scale,
     _check_torch_inputs,
+    _check_window,
     _direct,
     _is_numpy_array,
     _numpy_tensor,
@@ -72,9 +74,10 @@ def _check_new(k, v):
 
 
 def _args(tensor, q, k_cache, v_cache, cache_seqlens, page_table, k, v, out, lse, causal, softmax_scale, num_splits,
-          check_index_values):
+          check_index_values, window=NO_WINDOW):
     """HopattnKvcacheArgs; tensor(name, x, code=None) makes one HopattnTensor (ops._numpy_tensor, or
-    ops._torch_tensor bound to torch). None (page_table, k, v, lse) is left out."""
+    ops._torch_tensor bound to torch). None (page_table, k, v, lse) is left out. window: a
+    (left, right) pair (ops._check_window), per sequence over its cache after the append."""
 
     def opt(name, x, code=None):
         return None if x is None else tensor(name, x, code)
@@ -83,7 +86,7 @@ def _args(tensor, q, k_cache, v_cache, cache_seqlens, page_table, k, v, out, lse
         tensor("q", q), tensor("k_cache", k_cache), tensor("v_cache", v_cache),
         tensor("cache_seqlens", cache_seqlens, _lib.DTYPE_INT32), opt("page_table", page_table, _lib.DTYPE_INT32),
         opt("k", k), opt("v", v), tensor("out", out), opt("lse", lse),
-        causal, softmax_scale, num_splits, check_index_values,
+        causal, softmax_scale, num_splits, check_index_values, window,
     )
 
 
@@ -97,7 +100,8 @@ def _check_index(name, is_int32, ok_layout, layout):
 # --- numpy: the CPU reference ---------------------------------------------------------------------
 
 
-def _run_numpy(q, k_cache, v_cache, cache_seqlens, k, v, page_table, causal, softmax_scale, num_splits, return_lse):
+def _run_numpy(q, k_cache, v_cache, cache_seqlens, k, v, page_table, causal, softmax_scale, num_splits, return_lse,
+               window=NO_WINDOW):
     import numpy as np
 
     named = [("q", q), ("k_cache", k_cache), ("v_cache", v_cache)] + ([("k", k), ("v", v)] if k is not None else [])
@@ -116,7 +120,7 @@ def _run_numpy(q, k_cache, v_cache, cache_seqlens, k, v, page_table, causal, sof
     out = np.empty(q.shape, dtype=q.dtype)
     lse = np.empty((batch, heads_q, seqlen_q), dtype=np.float32) if return_lse else None
     args = _args(_numpy_tensor, q, k_cache, v_cache, cache_seqlens, page_table, k, v, out, lse, causal, softmax_scale,
-                 num_splits, False)
+                 num_splits, False, window)
     _lib.check(_lib_kvcache().hopattn_attention_with_kvcache_cpu(ctypes.byref(args)), "hopattn KV-cache CPU reference")
     return (out, lse) if return_lse else out
 
@@ -158,7 +162,7 @@ def _check_torch(torch, q, k_cache, v_cache, cache_seqlens, k, v, page_table, re
 
 
 def _launch(torch, q, k_cache, v_cache, cache_seqlens, k, v, page_table, causal, softmax_scale, num_splits,
-            check_index_values, with_lse):
+            check_index_values, with_lse, window=NO_WINDOW):
     """out (contiguous, q's dtype) and with with_lse lse (batch, heads_q, seqlen_q) float32, k/v
     appended to the caches in place: the sm90 kernels on q's device and its current stream (a
     workspace from torch's allocator), or the CPU reference for CPU tensors (the custom op's CPU
@@ -167,7 +171,7 @@ def _launch(torch, q, k_cache, v_cache, cache_seqlens, k, v, page_table, causal,
     lse = q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32) if with_lse else None
     cpu = q.device.type == "cpu"
     args = _args(functools.partial(_torch_tensor, torch), q, k_cache, v_cache, cache_seqlens, page_table, k, v, out,
-                 lse, causal, softmax_scale, num_splits, False if cpu else check_index_values)
+                 lse, causal, softmax_scale, num_splits, False if cpu else check_index_values, window)
     lib = _lib_kvcache()
     if cpu:
         _lib.check(lib.hopattn_attention_with_kvcache_cpu(ctypes.byref(args)), "hopattn KV-cache CPU reference")
@@ -188,16 +192,17 @@ def _launch(torch, q, k_cache, v_cache, cache_seqlens, k, v, page_table, causal,
 
 
 def _op_forward(torch, q, k_cache, v_cache, cache_seqlens, k, v, page_table, causal, softmax_scale, num_splits,
-                check_index_values, require_cuda=True):
-    """(out, lse) for the kernels of torch.ops.hopattn.fwd_kvcache (torch_ops.py): checks, then _launch."""
+                check_index_values, window=NO_WINDOW, require_cuda=True):
+    """(out, lse) for the kernels of torch.ops.hopattn.fwd_kvcache (torch_ops.py): checks, then _launch.
+    window: the op's (window_left, window_right); their values are the library's to check."""
     _check_new(k, v)
     _check_torch(torch, q, k_cache, v_cache, cache_seqlens, k, v, page_table, require_cuda)
     return _launch(torch, q, k_cache, v_cache, cache_seqlens, k, v, page_table, causal, softmax_scale, num_splits,
-                   check_index_values, True)
+                   check_index_values, True, window)
 
 
 def _run_torch(torch, q, k_cache, v_cache, cache_seqlens, k, v, page_table, causal, softmax_scale, num_splits,
-               return_lse, check_index_values):
+               return_lse, check_index_values, window=NO_WINDOW):
     _check_torch(torch, q, k_cache, v_cache, cache_seqlens, k, v, page_table)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k_cache, v_cache, k, v)):
         raise NotImplementedError(NO_BACKWARD)
@@ -205,9 +210,9 @@ def _run_torch(torch, q, k_cache, v_cache, cache_seqlens, k, v, page_table, caus
     if not torch.compiler.is_compiling():
         if _plain_eager(_direct(torch), (q, k_cache, v_cache, cache_seqlens, k, v, page_table)):
             return _launch(torch, q, k_cache, v_cache, cache_seqlens, k, v, page_table, causal, softmax_scale,
-                           num_splits, check_index_values, return_lse)
+                           num_splits, check_index_values, return_lse, window)
     out, lse = _torch_ops_module().fwd_kvcache(q, k_cache, v_cache, cache_seqlens, k, v, page_table, causal,
-                                               softmax_scale, num_splits, check_index_values)
+                                               softmax_scale, num_splits, check_index_values, *window)
     return (out, lse) if return_lse else out
 
 
@@ -215,7 +220,8 @@ def _run_torch(torch, q, k_cache, v_cache, cache_seqlens, k, v, page_table, caus
 
 
 def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, k=None, v=None, page_table=None, causal=False,
-                           softmax_scale=None, num_splits=0, return_lse=False, check_index_values=False):
+                           softmax_scale=None, num_splits=0, return_lse=False, check_index_values=False,
+                           window_size=NO_WINDOW):
     """Decoding attention of a few new query tokens per sequence against a key/value cache
     (FlashAttention-3's flash_attn_with_kvcache). Forward only.
 
@@ -231,10 +237,18 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, k=None, v=None, p
     to; cache_seqlens itself is not changed (add seqlen_new to it for the next step). Sequence b
     attends to its first cache_seqlens[b] + seqlen_new cached keys.
 
-    causal: bottom-right aligned (query i of b sees key j iff j <= i + len_k(b) - seqlen_q); a row
-    that sees no key gets out 0 and lse -inf. softmax_scale defaults to 1/sqrt(head_dim).
-    num_splits: key splits per (batch, kv head); 0 lets the library choose, any value gives the
-    same result up to fp32 rounding.
+    causal: bottom-right aligned (query i of b sees key j iff j <= i + len_k(b) - seqlen_q), with
+    len_k(b) = cache_seqlens[b] + seqlen_new; a row that sees no key gets out 0 and lse -inf.
+    softmax_scale defaults to 1/sqrt(head_dim). window_size: (left, right) sliding window per
+    sequence, as hopattn.attention's with seqlen_k = len_k(b): query i of b sees key j iff
+    i + len_k(b) - seqlen_q - left <= j <= i + len_k(b) - seqlen_q + right, -1 leaving that side
+    unbounded; (-1, -1), the default, is no window. causal is the window's right = 0, so with
+    causal=True right must be -1 or 0. Python checks only that it is a pair of ints (TypeError
+    otherwise); the library rejects bad values (below -1, or right > 0 with causal) with
+    InvalidArgumentError naming window.left / window.right. On the GPU only the keys a window
+    reaches are read (a 4k window over a 128k cache reads about 4k keys). No softcap: the KV-cache
+    kernel has no softcapping. num_splits: key splits per (batch, kv head); 0 lets the library
+    choose, any value gives the same result up to fp32 rounding.
 
     * torch CUDA tensors (bfloat16/float16, head_dim 64/128/256; the index tensors int32 on the same
       device): the sm90 kernels on the current stream, with a workspace from torch's allocator.
@@ -256,14 +270,15 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, k=None, v=None, p
     mode on and q, k_cache, v_cache, k or v requiring grad it raises NotImplementedError.
     """
     _check_scale(softmax_scale)
+    window = _check_window(window_size)
     num_splits = _check_num_splits(num_splits)
     _check_new(k, v)
     scale = None if softmax_scale is None else float(softmax_scale)
     torch = _torch_module_of(q)
     if torch is not None:
         return _run_torch(torch, q, k_cache, v_cache, cache_seqlens, k, v, page_table, bool(causal), scale, num_splits,
-                          bool(return_lse), bool(check_index_values))
+                          bool(return_lse), bool(check_index_values), window)
     if _is_numpy_array(q):
         return _run_numpy(q, k_cache, v_cache, cache_seqlens, k, v, page_table, bool(causal), scale, num_splits,
-                          bool(return_lse))
+                          bool(return_lse), window)
     raise TypeError(f"q: expected a torch.Tensor (CUDA) or numpy.ndarray, got {type(q).__name__}")

@@ -3,8 +3,9 @@
 # torch_ops.py when torch traces or transforms the call, e.g. under torch.compile; capturable in
 # CUDA graphs either way) or numpy arrays (CPU reference), attention_backward()
 # (numpy gradients through the CPU reference), attention_reference() (CUDA reference kernel), and build/device
-# queries. Each of them takes FlashAttention's sliding window, window_size=(left, right). torch is
-# never imported here: a torch tensor can only exist if the caller already imported torch.
+# queries. Each of them takes FlashAttention's sliding window, window_size=(left, right), and
+# softcapping, softcap= (0: off). torch is never imported here: a torch tensor can only exist if the
+# caller already imported torch.
 import ctypes
 import operator
 import struct
@@ -64,6 +65,27 @@ def _check_window(window_size):
         raise TypeError(f"window_size must be a (left, right) pair of ints (-1: unbounded), got {window_size!r}")
     left, right = window_size
     return _check_int64("window_size[0] (left)", left), _check_int64("window_size[1] (right)", right)
+
+
+_FLOAT32_MAX = 3.4028234663852886e38  # the struct field is a C float
+
+
+def _check_softcap(softcap):
+    """softcap (0: off; > 0: scores become softcap * tanh(scale * q.k / softcap)) as a Python float
+    that a C float holds finitely: a real number (anything with __float__, not bool), finite, >= 0.
+    Anything else raises InvalidArgumentError (a ValueError) naming softcap, before any tensor is
+    looked at. The plain float, 0.0 the default, is answered first: every call pays this check."""
+    if type(softcap) is float and 0.0 <= softcap <= _FLOAT32_MAX:
+        return softcap
+    value = None
+    if not isinstance(softcap, bool) and hasattr(softcap, "__float__"):
+        try:
+            value = float(softcap)
+        except (TypeError, ValueError, OverflowError):
+            value = None
+    if value is None or not 0.0 <= value <= _FLOAT32_MAX:  # NaN fails the comparison too
+        raise _lib.InvalidArgumentError(f"softcap must be a finite float >= 0 (0: off), got {softcap!r}")
+    return value
 
 
 # --- torch ----------------------------------------------------------------------------------------
@@ -317,10 +339,10 @@ def _check_qkv(st, q, k, v):
     return qc, kc, vc
 
 
-def _fwd_args(st, q, k, v, out, lse, qs, ks, vs, qc, kc, vc, causal, softmax_scale, window=NO_WINDOW):
+def _fwd_args(st, q, k, v, out, lse, qs, ks, vs, qc, kc, vc, causal, softmax_scale, window=NO_WINDOW, softcap=0.0):
     """HopattnFwdArgs for _direct_forward: out fresh and contiguous like q (shape qs), lse fresh
-    (b, h, s) float32 or None, window checked by _check_window; byte for byte what
-    _lib.make_fwd_args gives for the same tensors."""
+    (b, h, s) float32 or None, window checked by _check_window, softcap by _check_softcap; byte for
+    byte what _lib.make_fwd_args gives for the same tensors."""
     pack = st.pack_fwd
     # make_tensor substitutes strides for empty tensors and size-1 last dims: those take its path.
     if pack is not None and qs[3] != 1 and ks[3] != 1 and vs[3] != 1 and 0 not in qs and 0 not in ks and 0 not in vs:
@@ -337,7 +359,7 @@ def _fwd_args(st, q, k, v, out, lse, qs, ks, vs, qc, kc, vc, causal, softmax_sca
                 1 if causal else 0,
                 *((0, 0.0) if softmax_scale is None else (1, float(softmax_scale))),
                 *_lib._window_fields(window),
-                0.0,  # softcap: off
+                softcap,
             )
             return args
         except _PACK_ERRORS:  # e.g. a scale beyond float32's range: ctypes' conversion decides, as before
@@ -352,14 +374,16 @@ def _fwd_args(st, q, k, v, out, lse, qs, ks, vs, qc, kc, vc, causal, softmax_sca
         causal,
         softmax_scale,
         window,
+        softcap,
     )
 
 
-def _direct_forward(st, c_name, what, q, k, v, causal, softmax_scale, with_lse, window=NO_WINDOW):
+def _direct_forward(st, c_name, what, q, k, v, causal, softmax_scale, with_lse, window=NO_WINDOW, softcap=0.0):
     """Run the forward kernel `c_name` of the library ('hopattn_forward' or
     'hopattn_forward_reference_cuda') on q's device and its current stream. q is a torch.Tensor.
     Returns (out, lse) with with_lse, else out (the library then skips lse). window: a
-    (left, right) pair of ints (_check_window), NO_WINDOW for none.
+    (left, right) pair of ints (_check_window), NO_WINDOW for none; softcap: a float from
+    _check_softcap, 0.0 for none.
 
     The per-call host cost of hopattn.attention is mostly this function, so it is kept flat:
     _check_torch_inputs' rules in a few C calls (its own error on any failure), one allocation
@@ -371,7 +395,7 @@ def _direct_forward(st, c_name, what, q, k, v, causal, softmax_scale, with_lse, 
     # out: contiguous, q's dtype and device, like _torch_forward_outputs (empty_like parses least).
     out = st.empty_like(q, memory_format=st.contiguous_format)
     lse = q.new_empty((b, hq, sq), dtype=st.float32) if with_lse else None
-    args = _fwd_args(st, q, k, v, out, lse, qs, ks, vs, qc, kc, vc, causal, softmax_scale, window)
+    args = _fwd_args(st, q, k, v, out, lse, qs, ks, vs, qc, kc, vc, causal, softmax_scale, window, softcap)
     fn = getattr(st.lib or st.load(), c_name)
     if st.current_device() == dev:
         status = fn(args, st.raw_stream(dev))  # ctypes passes the struct by reference
@@ -396,7 +420,8 @@ def _tensor_fields(t, code):
     return (t.data_ptr(), code, 4, *sizes, *t.stride())
 
 
-def _bwd_args(st, q, k, v, out, dout, lse, dq, dk, dv, codes, causal, softmax_scale, deterministic, window=NO_WINDOW):
+def _bwd_args(st, q, k, v, out, dout, lse, dq, dk, dv, codes, causal, softmax_scale, deterministic, window=NO_WINDOW,
+              softcap=0.0):
     """HopattnBwdArgs (codes: q's, k's and v's dtype codes; dout in q's dtype, dq, dk, dv
     empty_like q, k, v); byte for byte what _lib.make_bwd_args gives for the same tensors."""
     pack = st.pack_bwd
@@ -428,7 +453,7 @@ def _bwd_args(st, q, k, v, out, dout, lse, dq, dk, dv, codes, causal, softmax_sc
                     *((0, 0.0) if softmax_scale is None else (1, float(softmax_scale))),
                     1 if deterministic else 0,
                     *_lib._window_fields(window),
-                    0.0,  # softcap: off
+                    softcap,
                 )
                 return args
             except _PACK_ERRORS:
@@ -448,20 +473,22 @@ def _bwd_args(st, q, k, v, out, dout, lse, dq, dk, dv, codes, causal, softmax_sc
         softmax_scale,
         deterministic,
         window,
+        softcap,
     )
 
 
 _BWD_WORKSPACE_ALIGNMENT = 256
 
 
-def _direct_backward(st, q, k, v, out, dout, lse, causal, softmax_scale, deterministic, window=NO_WINDOW):
+def _direct_backward(st, q, k, v, out, dout, lse, causal, softmax_scale, deterministic, window=NO_WINDOW, softcap=0.0):
     """dq, dk, dv (torch.empty_like q, k, v) from hopattn_backward on q's device and current stream;
-    causal, softmax_scale and window those of the forward call that produced out and lse."""
+    causal, softmax_scale, window and softcap those of the forward call that produced out and lse."""
     codes = _check_qkv(st, q, k, v)
     torch = st.torch
     dout = _torch_dout(torch, dout, q)
     dq, dk, dv = _torch_grad_outputs(torch, q, k, v)
-    args = _bwd_args(st, q, k, v, out, dout, lse, dq, dk, dv, codes, causal, softmax_scale, deterministic, window)
+    args = _bwd_args(st, q, k, v, out, dout, lse, dq, dk, dv, codes, causal, softmax_scale, deterministic, window,
+                     softcap)
     lib = st.lib or st.load()
     dev = q.get_device()
     prev = None
@@ -533,26 +560,27 @@ def _direct_autograd(torch, st, name, run_forward, run_backward, n_inputs):
 def _make_direct_function(torch, st):
     """hopattn.attention's autograd on the direct path when a gradient is needed. It saves and
     recomputes exactly what hopattn::fwd's registered autograd does: q, k, v, out and lse (and
-    keeps the options, the window included, for the backward)."""
+    keeps the options, the window and softcap included, for the backward)."""
 
-    def run_forward(ctx, q, k, v, causal, softmax_scale, return_lse, deterministic, window):
+    def run_forward(ctx, q, k, v, causal, softmax_scale, return_lse, deterministic, window, softcap):
         out, lse = _direct_forward(st, "hopattn_forward", "hopattn forward", q, k, v, causal, softmax_scale, True,
-                                   window)
+                                   window, softcap)
         ctx.save_for_backward(q, k, v, out, lse)  # the backward recomputes P from lse
-        ctx.hopattn_args = (causal, softmax_scale, deterministic, window)
+        ctx.hopattn_args = (causal, softmax_scale, deterministic, window, softcap)
         return out, lse, return_lse
 
     def run_backward(ctx, dout):
         q, k, v, out, lse = ctx.saved_tensors
-        causal, softmax_scale, deterministic, window = ctx.hopattn_args
+        causal, softmax_scale, deterministic, window, softcap = ctx.hopattn_args
         if torch.compiler.is_compiling():  # compiled autograd traces this: the op is traceable
             dq, dk, dv = _torch_ops_module().bwd(dout, q, k, v, out, lse, causal, softmax_scale, deterministic,
-                                                 *window)
+                                                 *window, softcap)
         else:
-            dq, dk, dv = _direct_backward(st, q, k, v, out, dout, lse, causal, softmax_scale, deterministic, window)
-        return dq, dk, dv, None, None, None, None, None
+            dq, dk, dv = _direct_backward(st, q, k, v, out, dout, lse, causal, softmax_scale, deterministic, window,
+                                          softcap)
+        return dq, dk, dv, None, None, None, None, None, None
 
-    return _direct_autograd(torch, st, "HopattnAttentionFunction", run_forward, run_backward, 8)
+    return _direct_autograd(torch, st, "HopattnAttentionFunction", run_forward, run_backward, 9)
 
 
 def _torch_ops_module():
@@ -610,7 +638,7 @@ def _check_numpy_inputs(named_arrays, ndim=4, layout=_LAYOUT):
             raise _lib.InvalidArgumentError(f"{name}: expected {ndim} dims {layout}, got shape {a.shape}")
 
 
-def _run_numpy(q, k, v, causal, softmax_scale, return_lse, window=NO_WINDOW):
+def _run_numpy(q, k, v, causal, softmax_scale, return_lse, window=NO_WINDOW, softcap=0.0):
     import numpy as np
 
     _check_numpy_inputs((("q", q), ("k", k), ("v", v)))
@@ -626,13 +654,14 @@ def _run_numpy(q, k, v, causal, softmax_scale, return_lse, window=NO_WINDOW):
         causal,
         softmax_scale,
         window,
+        softcap,
     )
     # q, k, v, out and lse stay referenced by this frame, so their buffers outlive the call.
     _lib.check(_lib.load().hopattn_forward_cpu(ctypes.byref(args)), "hopattn CPU reference")
     return (out, lse) if return_lse else out
 
 
-def _run_numpy_backward(q, k, v, dout, causal, softmax_scale, window=NO_WINDOW):
+def _run_numpy_backward(q, k, v, dout, causal, softmax_scale, window=NO_WINDOW, softcap=0.0):
     import numpy as np
 
     _check_numpy_inputs((("q", q), ("k", k), ("v", v), ("dout", dout)))
@@ -654,6 +683,7 @@ def _run_numpy_backward(q, k, v, dout, causal, softmax_scale, window=NO_WINDOW):
         softmax_scale,
         False,  # the CPU reference is deterministic anyway
         window,
+        softcap,
     )
     _lib.check(_lib.load().hopattn_backward_cpu(ctypes.byref(args)), "hopattn CPU reference backward")
     return dq, dk, dv
@@ -662,7 +692,8 @@ def _run_numpy_backward(q, k, v, dout, causal, softmax_scale, window=NO_WINDOW):
 # --- public API -----------------------------------------------------------------------------------
 
 
-def attention(q, k, v, causal=False, softmax_scale=None, return_lse=False, deterministic=False, window_size=NO_WINDOW):
+def attention(q, k, v, causal=False, softmax_scale=None, return_lse=False, deterministic=False, window_size=NO_WINDOW,
+              softcap=0.0):
     """Exact softmax attention; differentiable on torch tensors.
 
     q: (batch, seqlen_q, heads_q, head_dim); k, v: (batch, seqlen_k, heads_kv, head_dim), with
@@ -681,6 +712,11 @@ def attention(q, k, v, causal=False, softmax_scale=None, return_lse=False, deter
     the window's right = 0, so with causal=True right must be -1 or 0. The backward uses the same
     window. Python checks only that it is a pair of ints; the library rejects bad values
     (below -1, or right > 0 with causal) with InvalidArgumentError naming window.left/window.right.
+    softcap: score softcapping (Gemma 2, Grok; FlashAttention's softcap): with softcap > 0 each
+    score becomes softcap * tanh(softmax_scale * q.k / softcap) before the masks and the softmax,
+    so lse is the log-sum-exp of the capped scores; 0.0, the default, is off. It must be a finite
+    float >= 0 (ValueError naming softcap otherwise, bool included). The backward uses the same
+    softcap. Not on the FP8 or KV-cache paths.
 
     Returns out (batch, seqlen_q, heads_q, head_dim), contiguous, q's dtype; with return_lse=True
     returns (out, lse) where lse (batch, heads_q, seqlen_q) float32 is the natural-log
@@ -704,6 +740,7 @@ def attention(q, k, v, causal=False, softmax_scale=None, return_lse=False, deter
     """
     _check_scale(softmax_scale)
     window = _check_window(window_size)
+    softcap = _check_softcap(softcap)
     torch = _torch_module_of(q)
     if torch is not None:
         # Plain eager: the direct route. is_compiling() comes first: dynamo reads it as True, so a
@@ -722,31 +759,33 @@ def attention(q, k, v, causal=False, softmax_scale=None, return_lse=False, deter
                 if not st.function_modes():
                     if st.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
                         scale = None if softmax_scale is None else float(softmax_scale)
-                        return st.apply(q, k, v, bool(causal), scale, bool(return_lse), bool(deterministic), window)
+                        return st.apply(q, k, v, bool(causal), scale, bool(return_lse), bool(deterministic), window,
+                                        softcap)
                     return _direct_forward(
-                        st, "hopattn_forward", "hopattn forward", q, k, v, causal, softmax_scale, return_lse, window
+                        st, "hopattn_forward", "hopattn forward", q, k, v, causal, softmax_scale, return_lse, window,
+                        softcap,
                     )
                 if _only_device_modes(st):
                     # Under torch.device(...) / set_default_device every tensor method would detour
                     # through the mode's Python handler; the direct route names its devices anyway.
                     # With torch functions disabled no mode is enabled, so this call goes direct.
                     with st.disable_torch_function():
-                        return attention(q, k, v, causal, softmax_scale, return_lse, deterministic, window)
+                        return attention(q, k, v, causal, softmax_scale, return_lse, deterministic, window, softcap)
         # The op route. Checked here, before dispatch: the custom op would route a CPU tensor to its
         # CPU-reference kernel and reject a non-tensor with a schema error instead of these messages.
         _check_torch_inputs(torch, q, k, v)
         scale = None if softmax_scale is None else float(softmax_scale)
-        out, lse = _torch_ops_module().fwd(q, k, v, bool(causal), scale, bool(deterministic), *window)
+        out, lse = _torch_ops_module().fwd(q, k, v, bool(causal), scale, bool(deterministic), *window, softcap)
         return (out, lse) if return_lse else out
     if _is_numpy_array(q):
-        return _run_numpy(q, k, v, causal, softmax_scale, return_lse, window)
+        return _run_numpy(q, k, v, causal, softmax_scale, return_lse, window, softcap)
     raise TypeError(f"q: expected a torch.Tensor (CUDA) or numpy.ndarray, got {type(q).__name__}")
 
 
-def attention_backward(q, k, v, dout, causal=False, softmax_scale=None, window_size=NO_WINDOW):
-    """Gradients (dq, dk, dv) of attention(q, k, v, causal, softmax_scale, window_size=window_size)
-    given dout = dL/dout, on numpy arrays through the CPU reference (double accumulation; out and
-    lse are recomputed).
+def attention_backward(q, k, v, dout, causal=False, softmax_scale=None, window_size=NO_WINDOW, softcap=0.0):
+    """Gradients (dq, dk, dv) of attention(q, k, v, causal, softmax_scale, window_size=window_size,
+    softcap=softcap) given dout = dL/dout, on numpy arrays through the CPU reference (double
+    accumulation; out and lse are recomputed).
 
     q, k, v as for attention(); dout like out: (batch, seqlen_q, heads_q, head_dim) in q's dtype,
     any strides with a contiguous last dim. Returns new C-contiguous arrays dq (like q), dk, dv
@@ -758,30 +797,33 @@ def attention_backward(q, k, v, dout, causal=False, softmax_scale=None, window_s
     """
     _check_scale(softmax_scale)
     window = _check_window(window_size)
+    softcap = _check_softcap(softcap)
     if _torch_module_of(q) is not None:
         raise TypeError(
             "q: attention_backward takes numpy arrays; for torch tensors use autograd "
             "(out = hopattn.attention(q, k, v, ...); out.backward(dout))"
         )
     if _is_numpy_array(q):
-        return _run_numpy_backward(q, k, v, dout, causal, softmax_scale, window)
+        return _run_numpy_backward(q, k, v, dout, causal, softmax_scale, window, softcap)
     raise TypeError(f"q: expected a numpy.ndarray, got {type(q).__name__}")
 
 
-def attention_reference(q, k, v, causal=False, softmax_scale=None, return_lse=False, window_size=NO_WINDOW):
-    """Same forward contract as attention(), computed by the simple CUDA reference kernel (torch
-    tensors; any head_dim up to 512, any CUDA GPU) or the CPU reference (numpy arrays). For tests;
-    not differentiable (the result carries no autograd history)."""
+def attention_reference(q, k, v, causal=False, softmax_scale=None, return_lse=False, window_size=NO_WINDOW,
+                        softcap=0.0):
+    """Same forward contract as attention() (window_size and softcap included), computed by the
+    simple CUDA reference kernel (torch tensors; any head_dim up to 512, any CUDA GPU) or the CPU
+    reference (numpy arrays). For tests; not differentiable (the result carries no autograd history)."""
     _check_scale(softmax_scale)
     window = _check_window(window_size)
+    softcap = _check_softcap(softcap)
     torch = _torch_module_of(q)
     if torch is not None:
         return _direct_forward(
             _direct(torch), "hopattn_forward_reference_cuda", "hopattn CUDA reference", q, k, v, causal, softmax_scale,
-            return_lse, window,
+            return_lse, window, softcap,
         )
     if _is_numpy_array(q):
-        return _run_numpy(q, k, v, causal, softmax_scale, return_lse, window)
+        return _run_numpy(q, k, v, causal, softmax_scale, return_lse, window, softcap)
     raise TypeError(f"q: expected a torch.Tensor (CUDA) or numpy.ndarray, got {type(q).__name__}")
 
 

@@ -1,24 +1,30 @@
 # hopattn's PyTorch custom operators, registered with torch.library when this module is imported:
 #
 #   torch.ops.hopattn.fwd(q, k, v, causal=False, softmax_scale=None, deterministic=False,
-#                         window_left=-1, window_right=-1) -> (out, lse)
+#                         window_left=-1, window_right=-1, softcap=0.0) -> (out, lse)
 #   torch.ops.hopattn.bwd(dout, q, k, v, out, lse, causal, softmax_scale, deterministic,
-#                         window_left=-1, window_right=-1) -> (dq, dk, dv)
+#                         window_left=-1, window_right=-1, softcap=0.0) -> (dq, dk, dv)
 #   torch.ops.hopattn.fwd_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
 #                                seqused_q=None, seqused_k=None, causal=False, softmax_scale=None,
 #                                check_index_values=False, deterministic=False, window_left=-1,
-#                                window_right=-1) -> (out, lse)
+#                                window_right=-1, softcap=0.0) -> (out, lse)
 #   torch.ops.hopattn.bwd_varlen(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
 #                                max_seqlen_k, seqused_q, seqused_k, causal, softmax_scale,
-#                                deterministic, window_left=-1, window_right=-1) -> (dq, dk, dv)
+#                                deterministic, window_left=-1, window_right=-1, softcap=0.0)
+#                                -> (dq, dk, dv)
 #   torch.ops.hopattn.fwd_kvcache(q, k_cache!, v_cache!, cache_seqlens, k=None, v=None, page_table=None,
 #                                 causal=False, softmax_scale=None, num_splits=0,
-#                                 check_index_values=False) -> (out, lse)
-#       (mutates k_cache and v_cache: k/v are appended in place; forward only, no autograd)
+#                                 check_index_values=False, window_left=-1, window_right=-1)
+#                                 -> (out, lse)
+#       (mutates k_cache and v_cache: k/v are appended in place; forward only, no autograd; the
+#       window (C ABI 7) is per sequence over its cache after the append; no softcap)
 #
 # window_left/window_right are hopattn.attention's window_size=(left, right), as two ints because
 # a schema has no int pairs; appended last with the defaults of "no window" (-1, -1), so graphs and
-# callers from before the window keep working. The backward ops take the forward's window.
+# callers from before the window keep working. softcap (hopattn.attention's softcap=, 0.0: off)
+# comes after them for the same reason. The backward ops take the forward's window and softcap. The
+# ops leave softcap's value to the library (finite and >= 0, else InvalidArgumentError naming it);
+# hopattn.attention / varlen_attention check it before reaching them.
 #
 # Being real operators (not Python code around a ctypes call) is what lets torch.compile trace
 # them as single graph nodes (no graph break), lets autograd and AOTAutograd see the backward, and
@@ -73,12 +79,13 @@ def _fwd(
     deterministic: bool = False,
     window_left: int = -1,
     window_right: int = -1,
+    softcap: float = 0.0,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """out (batch, seqlen_q, heads_q, head_dim) in q's dtype and lse (batch, heads_q, seqlen_q)
     float32; see hopattn.attention. deterministic only reaches the backward (autograd keeps it)."""
     st = ops._direct(torch)
     return ops._direct_forward(st, "hopattn_forward", "hopattn forward", q, k, v, causal, softmax_scale, True,
-                               (window_left, window_right))
+                               (window_left, window_right), softcap)
 
 
 @torch.library.custom_op("hopattn::bwd", mutates_args=(), device_types="cuda")
@@ -94,10 +101,11 @@ def _bwd(
     deterministic: bool,
     window_left: int = -1,
     window_right: int = -1,
+    softcap: float = 0.0,
 ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dq, dk, dv (empty_like q, k, v, then written by the sm90 backward) given dout = dL/dout."""
     return ops._direct_backward(ops._direct(torch), q, k, v, out, dout, lse, causal, softmax_scale, deterministic,
-                                (window_left, window_right))
+                                (window_left, window_right), softcap)
 
 
 @torch.library.custom_op("hopattn::fwd_varlen", mutates_args=(), device_types="cuda")
@@ -117,11 +125,13 @@ def _fwd_varlen(
     deterministic: bool = False,
     window_left: int = -1,
     window_right: int = -1,
+    softcap: float = 0.0,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """out (total_q, heads_q, head_dim) in q's dtype and lse (heads_q, total_q) float32; see
     hopattn.varlen_attention. deterministic only reaches the backward (autograd keeps it)."""
     return varlen._op_forward(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q,
-                              seqused_k, causal, softmax_scale, check_index_values, (window_left, window_right))
+                              seqused_k, causal, softmax_scale, check_index_values, (window_left, window_right),
+                              softcap)
 
 
 @torch.library.custom_op("hopattn::bwd_varlen", mutates_args=(), device_types="cuda")
@@ -143,11 +153,13 @@ def _bwd_varlen(
     deterministic: bool,
     window_left: int = -1,
     window_right: int = -1,
+    softcap: float = 0.0,
 ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dq, dk, dv (zeros_like q, k, v, then written by the sm90 varlen backward) given dout = dL/dout
     of a fwd_varlen call with the same arguments."""
     return varlen._op_backward(torch, dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                               seqused_q, seqused_k, causal, softmax_scale, deterministic, (window_left, window_right))
+                               seqused_q, seqused_k, causal, softmax_scale, deterministic, (window_left, window_right),
+                               softcap)
 
 
 @torch.library.custom_op("hopattn::fwd_kvcache", mutates_args=("k_cache", "v_cache"), device_types="cuda")
@@ -163,12 +175,14 @@ def _fwd_kvcache(
     softmax_scale: Optional[float] = None,
     num_splits: int = 0,
     check_index_values: bool = False,
+    window_left: int = -1,
+    window_right: int = -1,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """out (batch, seqlen_q, heads_q, head_dim) in q's dtype and lse (batch, heads_q, seqlen_q)
     float32, after appending k/v (if given) to k_cache/v_cache in place at cache_seqlens; see
-    hopattn.attention_with_kvcache. Forward only."""
+    hopattn.attention_with_kvcache (window_left/window_right: its window_size). Forward only."""
     return kvcache._op_forward(torch, q, k_cache, v_cache, cache_seqlens, k, v, page_table, causal, softmax_scale,
-                               num_splits, check_index_values)
+                               num_splits, check_index_values, (window_left, window_right))
 
 
 # The OpOverloads: what hopattn.attention / varlen_attention call, and what a traced graph records.
@@ -187,19 +201,22 @@ def _cpu_tensor(name, t):
 
 
 @_fwd.register_kernel("cpu")
-def _fwd_cpu(q, k, v, causal=False, softmax_scale=None, deterministic=False, window_left=-1, window_right=-1):
+def _fwd_cpu(q, k, v, causal=False, softmax_scale=None, deterministic=False, window_left=-1, window_right=-1,
+             softcap=0.0):
     _check_shapes(q, k, v)
     out, lse = ops._torch_forward_outputs(torch, q)
     args = _lib.make_fwd_args(
         _cpu_tensor("q", q), _cpu_tensor("k", k), _cpu_tensor("v", v),
         _cpu_tensor("out", out), _cpu_tensor("lse", lse), causal, softmax_scale, (window_left, window_right),
+        softcap,
     )
     _lib.check(_lib.load().hopattn_forward_cpu(ctypes.byref(args)), "hopattn CPU reference")
     return out, lse
 
 
 @_bwd.register_kernel("cpu")
-def _bwd_cpu(dout, q, k, v, out, lse, causal, softmax_scale, deterministic, window_left=-1, window_right=-1):
+def _bwd_cpu(dout, q, k, v, out, lse, causal, softmax_scale, deterministic, window_left=-1, window_right=-1,
+             softcap=0.0):
     _check_shapes(q, k, v)
     dout = ops._torch_dout(torch, dout, q)  # q's dtype, dense rows (autograd may pass expanded grads)
     dq, dk, dv = ops._torch_grad_outputs(torch, q, k, v)
@@ -208,7 +225,7 @@ def _bwd_cpu(dout, q, k, v, out, lse, causal, softmax_scale, deterministic, wind
         _cpu_tensor("q", q), _cpu_tensor("k", k), _cpu_tensor("v", v), _cpu_tensor("out", out),
         _cpu_tensor("dout", dout), _cpu_tensor("lse", lse),
         _cpu_tensor("dq", dq), _cpu_tensor("dk", dk), _cpu_tensor("dv", dv),
-        causal, softmax_scale, deterministic, (window_left, window_right),
+        causal, softmax_scale, deterministic, (window_left, window_right), softcap,
     )
     _lib.check(_lib.load().hopattn_backward_cpu(ctypes.byref(args)), "hopattn CPU reference backward")
     return dq, dk, dv
@@ -217,27 +234,28 @@ def _bwd_cpu(dout, q, k, v, out, lse, causal, softmax_scale, deterministic, wind
 @_fwd_varlen.register_kernel("cpu")
 def _fwd_varlen_cpu(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q=None, seqused_k=None,
                     causal=False, softmax_scale=None, check_index_values=False, deterministic=False, window_left=-1,
-                    window_right=-1):
+                    window_right=-1, softcap=0.0):
     # The CPU reference always checks the index values: check_index_values has nothing to add.
     return varlen._op_forward(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q,
-                              seqused_k, causal, softmax_scale, False, (window_left, window_right), require_cuda=False)
+                              seqused_k, causal, softmax_scale, False, (window_left, window_right), softcap,
+                              require_cuda=False)
 
 
 @_bwd_varlen.register_kernel("cpu")
 def _bwd_varlen_cpu(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q,
-                    seqused_k, causal, softmax_scale, deterministic, window_left=-1, window_right=-1):
+                    seqused_k, causal, softmax_scale, deterministic, window_left=-1, window_right=-1, softcap=0.0):
     # The dense CPU reference per sequence (it is deterministic anyway); it recomputes out and lse.
     return varlen._op_backward(torch, dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                seqused_q, seqused_k, causal, softmax_scale, deterministic, (window_left, window_right),
-                               require_cuda=False)
+                               softcap, require_cuda=False)
 
 
 @_fwd_kvcache.register_kernel("cpu")
 def _fwd_kvcache_cpu(q, k_cache, v_cache, cache_seqlens, k=None, v=None, page_table=None, causal=False,
-                     softmax_scale=None, num_splits=0, check_index_values=False):
+                     softmax_scale=None, num_splits=0, check_index_values=False, window_left=-1, window_right=-1):
     # The CPU reference always checks the index values (and ignores num_splits).
     return kvcache._op_forward(torch, q, k_cache, v_cache, cache_seqlens, k, v, page_table, causal, softmax_scale,
-                               num_splits, False, require_cuda=False)
+                               num_splits, False, (window_left, window_right), require_cuda=False)
 
 
 # --- fake (meta) implementations: shapes and dtypes for torch.compile ---------------------------------
@@ -279,13 +297,15 @@ def _check_shapes(q, k, v):
 
 
 @_fwd.register_fake
-def _fwd_fake(q, k, v, causal=False, softmax_scale=None, deterministic=False, window_left=-1, window_right=-1):
+def _fwd_fake(q, k, v, causal=False, softmax_scale=None, deterministic=False, window_left=-1, window_right=-1,
+              softcap=0.0):
     _check_shapes(q, k, v)
     return ops._torch_forward_outputs(torch, q)
 
 
 @_bwd.register_fake
-def _bwd_fake(dout, q, k, v, out, lse, causal, softmax_scale, deterministic, window_left=-1, window_right=-1):
+def _bwd_fake(dout, q, k, v, out, lse, causal, softmax_scale, deterministic, window_left=-1, window_right=-1,
+              softcap=0.0):
     _check_shapes(q, k, v)
     if tuple(dout.shape) != tuple(q.shape):
         raise _lib.InvalidArgumentError(f"dout: shape {tuple(dout.shape)} differs from q's {tuple(q.shape)}")
@@ -295,7 +315,7 @@ def _bwd_fake(dout, q, k, v, out, lse, causal, softmax_scale, deterministic, win
 @_fwd_varlen.register_fake
 def _fwd_varlen_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q=None, seqused_k=None,
                      causal=False, softmax_scale=None, check_index_values=False, deterministic=False, window_left=-1,
-                     window_right=-1):
+                     window_right=-1, softcap=0.0):
     # Metadata only (no index values exist here): layout, devices and the index tensors' dtype;
     # the library checks the rest when the kernel runs.
     index = varlen._index_arrays(cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k)
@@ -307,7 +327,7 @@ def _fwd_varlen_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
 
 @_bwd_varlen.register_fake
 def _bwd_varlen_fake(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q,
-                     seqused_k, causal, softmax_scale, deterministic, window_left=-1, window_right=-1):
+                     seqused_k, causal, softmax_scale, deterministic, window_left=-1, window_right=-1, softcap=0.0):
     index = varlen._index_arrays(cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k)
     varlen._check_torch(torch, q, k, v, index, require_cuda=False)
     varlen._check_dout(dout, q)
@@ -316,7 +336,7 @@ def _bwd_varlen_fake(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_se
 
 @_fwd_kvcache.register_fake
 def _fwd_kvcache_fake(q, k_cache, v_cache, cache_seqlens, k=None, v=None, page_table=None, causal=False,
-                      softmax_scale=None, num_splits=0, check_index_values=False):
+                      softmax_scale=None, num_splits=0, check_index_values=False, window_left=-1, window_right=-1):
     # Metadata only: layout, devices and the index tensors' dtype; the library checks the rest (and
     # does the append) when the kernel runs.
     kvcache._check_new(k, v)
@@ -330,7 +350,7 @@ def _fwd_kvcache_fake(q, k_cache, v_cache, cache_seqlens, k=None, v=None, page_t
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, causal, softmax_scale, deterministic, window_left, window_right = inputs
+    q, k, v, causal, softmax_scale, deterministic, window_left, window_right, softcap = inputs
     out, lse = output
     # Only these five tensors: the backward recomputes the probabilities from lse.
     ctx.save_for_backward(q, k, v, out, lse)
@@ -339,12 +359,14 @@ def _setup_context(ctx, inputs, output):
     ctx.softmax_scale = softmax_scale
     ctx.deterministic = deterministic
     ctx.window = (window_left, window_right)  # the backward masks exactly what the forward did
+    ctx.softcap = softcap  # ...and caps the scores alike
 
 
 def _backward(ctx, dout, _dlse):
     q, k, v, out, lse = ctx.saved_tensors
-    dq, dk, dv = bwd(dout, q, k, v, out, lse, ctx.causal, ctx.softmax_scale, ctx.deterministic, *ctx.window)
-    return dq, dk, dv, None, None, None, None, None
+    dq, dk, dv = bwd(dout, q, k, v, out, lse, ctx.causal, ctx.softmax_scale, ctx.deterministic, *ctx.window,
+                     ctx.softcap)
+    return dq, dk, dv, None, None, None, None, None, None
 
 
 _fwd.register_autograd(_backward, setup_context=_setup_context)
@@ -352,22 +374,22 @@ _fwd.register_autograd(_backward, setup_context=_setup_context)
 
 def _setup_context_varlen(ctx, inputs, output):
     (q, k, v, cu_q, cu_k, max_q, max_k, used_q, used_k, causal, softmax_scale, _check_values, deterministic, window_left,
-     window_right) = inputs
+     window_right, softcap) = inputs
     out, lse = output
     # As hopattn::fwd's, plus the index tensors (seqused may be None); the values were checked by
     # the forward (when asked), so the backward does not check them again.
     ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k, used_q, used_k)
     ctx.mark_non_differentiable(lse)
-    ctx.varlen_args = (max_q, max_k, causal, softmax_scale, deterministic, window_left, window_right)
+    ctx.varlen_args = (max_q, max_k, causal, softmax_scale, deterministic, window_left, window_right, softcap)
 
 
 def _backward_varlen(ctx, dout, _dlse):
     q, k, v, out, lse, cu_q, cu_k, used_q, used_k = ctx.saved_tensors
-    max_q, max_k, causal, softmax_scale, deterministic, window_left, window_right = ctx.varlen_args
+    max_q, max_k, causal, softmax_scale, deterministic, window_left, window_right, softcap = ctx.varlen_args
     dq, dk, dv = bwd_varlen(dout, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, used_q, used_k, causal, softmax_scale,
-                            deterministic, window_left, window_right)
+                            deterministic, window_left, window_right, softcap)
     # No gradient for the index tensors, max_seqlen_*, seqused_* and the options.
-    return (dq, dk, dv, *(None,) * 12)
+    return (dq, dk, dv, *(None,) * 13)
 
 
 _fwd_varlen.register_autograd(_backward_varlen, setup_context=_setup_context_varlen)

@@ -20,6 +20,7 @@ from .ops import (
     _check_int64,
     _check_numpy_inputs,
     _check_scale,
+    _check_softcap,
     _check_torch_inputs,
     _check_window,
     _direct,
@@ -50,23 +51,24 @@ def _index_arrays(cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k):
 
 
 def _args(tensor, q, k, v, out, lse, index, max_seqlen_q, max_seqlen_k, causal, softmax_scale, check_index_values,
-          window):
+          window, softcap=0.0):
     """HopattnVarlenFwdArgs; tensor(name, x, code=None) makes one HopattnTensor (ops._numpy_tensor,
     or ops._torch_tensor bound to torch). Absent seqused (None) and lse (None) are left out; window
-    is a (left, right) pair (ops._check_window), applied per sequence."""
+    is a (left, right) pair (ops._check_window), applied per sequence; softcap a float
+    (ops._check_softcap), 0.0 for none."""
     idx = {name: None if t is None else tensor(name, t, _lib.DTYPE_INT32) for name, t in index.items()}
     return _lib.make_varlen_fwd_args(
         tensor("q", q), tensor("k", k), tensor("v", v), tensor("out", out),
         None if lse is None else tensor("lse", lse),
         idx["cu_seqlens_q"], idx["cu_seqlens_k"], idx["seqused_q"], idx["seqused_k"],
-        max_seqlen_q, max_seqlen_k, causal, softmax_scale, check_index_values, window,
+        max_seqlen_q, max_seqlen_k, causal, softmax_scale, check_index_values, window, softcap,
     )
 
 
 # --- numpy: the CPU reference ---------------------------------------------------------------------
 
 
-def _run_numpy(q, k, v, index, max_seqlen_q, max_seqlen_k, causal, softmax_scale, return_lse, window):
+def _run_numpy(q, k, v, index, max_seqlen_q, max_seqlen_k, causal, softmax_scale, return_lse, window, softcap=0.0):
     import numpy as np
 
     _check_numpy_inputs((("q", q), ("k", k), ("v", v)), 3, VARLEN_LAYOUT)
@@ -81,7 +83,7 @@ def _run_numpy(q, k, v, index, max_seqlen_q, max_seqlen_k, causal, softmax_scale
     lse = np.empty((heads_q, total_q), dtype=np.float32) if return_lse else None
     # The CPU reference reads (and checks) the index values itself: check_index_values is moot here.
     args = _args(_numpy_tensor, q, k, v, out, lse, index, max_seqlen_q, max_seqlen_k, causal, softmax_scale, False,
-                 window)
+                 window, softcap)
     _lib.check(_lib.load().hopattn_forward_varlen_cpu(ctypes.byref(args)), "hopattn varlen CPU reference")
     return (out, lse) if return_lse else out
 
@@ -126,7 +128,7 @@ def _plain_eager(st, tensors):
 
 
 def _launch(torch, q, k, v, index, max_seqlen_q, max_seqlen_k, causal, softmax_scale, check_index_values, with_lse,
-            window):
+            window, softcap=0.0):
     """out (total_q, heads_q, head_dim), contiguous in q's dtype, and with with_lse lse (heads_q,
     total_q) float32, from hopattn_forward_varlen on q's device and its current stream (nothing
     synchronises unless check_index_values), or from the CPU reference for CPU tensors (the custom
@@ -134,7 +136,7 @@ def _launch(torch, q, k, v, index, max_seqlen_q, max_seqlen_k, causal, softmax_s
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     lse = q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32) if with_lse else None
     args = _args(functools.partial(_torch_tensor, torch), q, k, v, out, lse, index, max_seqlen_q, max_seqlen_k, causal,
-                 softmax_scale, check_index_values, window)
+                 softmax_scale, check_index_values, window, softcap)
     if q.device.type == "cpu":
         _lib.check(_lib.load().hopattn_forward_varlen_cpu(ctypes.byref(args)), "hopattn varlen CPU reference")
     else:
@@ -151,12 +153,12 @@ def _launch(torch, q, k, v, index, max_seqlen_q, max_seqlen_k, causal, softmax_s
 
 
 def _op_forward(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q, seqused_k, causal,
-                softmax_scale, check_index_values, window, require_cuda=True):
+                softmax_scale, check_index_values, window, softcap=0.0, require_cuda=True):
     """(out, lse) for the kernels of torch.ops.hopattn.fwd_varlen (torch_ops.py): checks, then _launch."""
     index = _index_arrays(cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k)
     _check_torch(torch, q, k, v, index, require_cuda)
     return _launch(torch, q, k, v, index, max_seqlen_q, max_seqlen_k, causal, softmax_scale, check_index_values, True,
-                   window)
+                   window, softcap)
 
 
 # --- torch: the backward ----------------------------------------------------------------------------
@@ -172,19 +174,19 @@ def _grad_outputs(torch, q, k, v):
 
 
 def _bwd_args(tensor, q, k, v, out, dout, lse, dq, dk, dv, index, max_seqlen_q, max_seqlen_k, causal, softmax_scale,
-              deterministic, check_index_values, window):
+              deterministic, check_index_values, window, softcap=0.0):
     """HopattnVarlenBwdArgs; tensor as for _args."""
     idx = {name: None if t is None else tensor(name, t, _lib.DTYPE_INT32) for name, t in index.items()}
     return _lib.make_varlen_bwd_args(
         tensor("q", q), tensor("k", k), tensor("v", v), tensor("out", out), tensor("dout", dout), tensor("lse", lse),
         tensor("dq", dq), tensor("dk", dk), tensor("dv", dv),
         idx["cu_seqlens_q"], idx["cu_seqlens_k"], idx["seqused_q"], idx["seqused_k"],
-        max_seqlen_q, max_seqlen_k, causal, softmax_scale, deterministic, check_index_values, window,
+        max_seqlen_q, max_seqlen_k, causal, softmax_scale, deterministic, check_index_values, window, softcap,
     )
 
 
 def _launch_backward(torch, q, k, v, out, dout, lse, index, max_seqlen_q, max_seqlen_k, causal, softmax_scale,
-                     deterministic, window, check_index_values=False):
+                     deterministic, window, softcap=0.0, check_index_values=False):
     """dq, dk, dv (_grad_outputs) from hopattn_backward_varlen on q's device and its current stream,
     with its workspace from torch's allocator (uint8, on that stream); or, for CPU tensors (the
     custom op's CPU kernel), from the CPU reference one sequence at a time (_backward_cpu). q, k, v
@@ -193,10 +195,10 @@ def _launch_backward(torch, q, k, v, out, dout, lse, index, max_seqlen_q, max_se
     dq, dk, dv = _grad_outputs(torch, q, k, v)
     if q.device.type == "cpu":
         _backward_cpu(torch, q, k, v, out, dout, lse, dq, dk, dv, index, max_seqlen_q, max_seqlen_k, causal,
-                      softmax_scale, window)
+                      softmax_scale, window, softcap)
         return dq, dk, dv
     args = _bwd_args(functools.partial(_torch_tensor, torch), q, k, v, out, dout, lse, dq, dk, dv, index, max_seqlen_q,
-                     max_seqlen_k, causal, softmax_scale, deterministic, check_index_values, window)
+                     max_seqlen_k, causal, softmax_scale, deterministic, check_index_values, window, softcap)
     st = _direct(torch)
     lib = st.lib or st.load()
     dev = q.get_device()
@@ -223,16 +225,16 @@ def _launch_backward(torch, q, k, v, out, dout, lse, index, max_seqlen_q, max_se
 
 
 def _backward_cpu(torch, q, k, v, out, dout, lse, dq, dk, dv, index, max_seqlen_q, max_seqlen_k, causal,
-                  softmax_scale, window):
+                  softmax_scale, window, softcap=0.0):
     """The custom op's CPU kernel (tests only; the library has no varlen CPU backward): the
     library's checks of the forward's arguments and index values (hopattn_forward_varlen_cpu into
     a scratch out), then hopattn_backward_cpu on each sequence alone as a batch of 1, writing into
     views of dq, dk, dv (zeros elsewhere). out and lse are the reference's to recompute. The
-    window is per sequence, aligned by the used lengths, as the varlen forward's."""
+    window is per sequence, aligned by the used lengths, as the varlen forward's; softcap as the forward's."""
     tensor = functools.partial(_torch_tensor, torch)
     scratch = torch.empty_like(q, memory_format=torch.contiguous_format)
     check = _args(tensor, q, k, v, scratch, None, index, max_seqlen_q, max_seqlen_k, causal, softmax_scale, False,
-                  window)
+                  window, softcap)
     _lib.check(_lib.load().hopattn_forward_varlen_cpu(ctypes.byref(check)), "hopattn varlen CPU reference backward")
     cu_q, cu_k = index["cu_seqlens_q"].tolist(), index["cu_seqlens_k"].tolist()
     used_q = None if index["seqused_q"] is None else index["seqused_q"].tolist()
@@ -247,20 +249,20 @@ def _backward_cpu(torch, q, k, v, out, dout, lse, dq, dk, dv, index, max_seqlen_
             tensor("q", q[None, rows]), tensor("k", k[None, keys]), tensor("v", v[None, keys]), None,
             tensor("dout", dout[None, rows]), None,
             tensor("dq", dq[None, rows]), tensor("dk", dk[None, keys]), tensor("dv", dv[None, keys]),
-            causal, softmax_scale, False, window,
+            causal, softmax_scale, False, window, softcap,
         )
         _lib.check(_lib.load().hopattn_backward_cpu(ctypes.byref(args)), "hopattn varlen CPU reference backward")
 
 
 def _op_backward(torch, dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q,
-                 seqused_k, causal, softmax_scale, deterministic, window, require_cuda=True):
+                 seqused_k, causal, softmax_scale, deterministic, window, softcap=0.0, require_cuda=True):
     """(dq, dk, dv) for the kernels of torch.ops.hopattn.bwd_varlen (torch_ops.py): checks, then
     _launch_backward."""
     index = _index_arrays(cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k)
     _check_torch(torch, q, k, v, index, require_cuda)
     _check_dout(dout, q)
     return _launch_backward(torch, q, k, v, out, dout, lse, index, max_seqlen_q, max_seqlen_k, causal, softmax_scale,
-                            deterministic, window)
+                            deterministic, window, softcap)
 
 
 def _check_dout(dout, q):
@@ -273,29 +275,30 @@ def _check_dout(dout, q):
 def _make_direct_function(torch, st):
     """varlen_attention's autograd on the direct route when a gradient is needed (ops._direct_autograd).
     It saves and recomputes exactly what hopattn::fwd_varlen's registered autograd does: q, k, v,
-    out, lse and the index tensors (and keeps the options, the window included, for the backward)."""
-    no_grads = (None,) * 12  # cu_seqlens_q ... window: the index tensors and the options
+    out, lse and the index tensors (and keeps the options, the window and softcap included, for the
+    backward)."""
+    no_grads = (None,) * 13  # cu_seqlens_q ... softcap: the index tensors and the options
 
     def run_forward(ctx, q, k, v, cu_q, cu_k, max_q, max_k, used_q, used_k, causal, softmax_scale, return_lse,
-                    check_index_values, deterministic, window):
+                    check_index_values, deterministic, window, softcap):
         out, lse = _launch(torch, q, k, v, _index_arrays(cu_q, cu_k, used_q, used_k), max_q, max_k, causal,
-                           softmax_scale, check_index_values, True, window)
+                           softmax_scale, check_index_values, True, window, softcap)
         ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k, used_q, used_k)  # P is recomputed from lse
-        ctx.hopattn_args = (max_q, max_k, causal, softmax_scale, deterministic, window)
+        ctx.hopattn_args = (max_q, max_k, causal, softmax_scale, deterministic, window, softcap)
         return out, lse, return_lse
 
     def run_backward(ctx, dout):
         q, k, v, out, lse, cu_q, cu_k, used_q, used_k = ctx.saved_tensors
-        max_q, max_k, causal, softmax_scale, deterministic, window = ctx.hopattn_args
+        max_q, max_k, causal, softmax_scale, deterministic, window, softcap = ctx.hopattn_args
         if torch.compiler.is_compiling():  # compiled autograd traces this: the op is traceable
             dq, dk, dv = _torch_ops_module().bwd_varlen(dout, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, used_q,
-                                                        used_k, causal, softmax_scale, deterministic, *window)
+                                                        used_k, causal, softmax_scale, deterministic, *window, softcap)
         else:
             dq, dk, dv = _launch_backward(torch, q, k, v, out, dout, lse, _index_arrays(cu_q, cu_k, used_q, used_k),
-                                          max_q, max_k, causal, softmax_scale, deterministic, window)
+                                          max_q, max_k, causal, softmax_scale, deterministic, window, softcap)
         return (dq, dk, dv, *no_grads)
 
-    return _direct_autograd(torch, st, "HopattnVarlenFunction", run_forward, run_backward, 15)
+    return _direct_autograd(torch, st, "HopattnVarlenFunction", run_forward, run_backward, 16)
 
 
 _direct_apply = None  # (torch module, apply of _make_direct_function), built on the first gradient
@@ -309,7 +312,7 @@ def _direct_function(torch, st):
 
 
 def _run_torch(torch, q, k, v, index, max_seqlen_q, max_seqlen_k, causal, softmax_scale, return_lse,
-               check_index_values, deterministic, window):
+               check_index_values, deterministic, window, softcap=0.0):
     _check_torch(torch, q, k, v, index)
     scale = None if softmax_scale is None else float(softmax_scale)
     # is_compiling() first, as in hopattn.attention: dynamo reads it as True and never looks further.
@@ -320,13 +323,13 @@ def _run_torch(torch, q, k, v, index, max_seqlen_q, max_seqlen_k, causal, softma
                 return _direct_function(torch, st)(
                     q, k, v, index["cu_seqlens_q"], index["cu_seqlens_k"], max_seqlen_q, max_seqlen_k,
                     index["seqused_q"], index["seqused_k"], causal, scale, return_lse, check_index_values,
-                    deterministic, window,
+                    deterministic, window, softcap,
                 )
             return _launch(torch, q, k, v, index, max_seqlen_q, max_seqlen_k, causal, scale, check_index_values,
-                           return_lse, window)
+                           return_lse, window, softcap)
     out, lse = _torch_ops_module().fwd_varlen(
         q, k, v, index["cu_seqlens_q"], index["cu_seqlens_k"], max_seqlen_q, max_seqlen_k, index["seqused_q"],
-        index["seqused_k"], causal, scale, check_index_values, deterministic, *window,
+        index["seqused_k"], causal, scale, check_index_values, deterministic, *window, softcap,
     )
     return (out, lse) if return_lse else out
 
@@ -336,7 +339,7 @@ def _run_torch(torch, q, k, v, index, max_seqlen_q, max_seqlen_k, causal, softma
 
 def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=False,
                      softmax_scale=None, seqused_q=None, seqused_k=None, return_lse=False, check_index_values=False,
-                     deterministic=False, window_size=NO_WINDOW):
+                     deterministic=False, window_size=NO_WINDOW, softcap=0.0):
     """Exact softmax attention over a batch of sequences of different lengths, packed along the
     token dim (FlashAttention-3's varlen layout); differentiable on torch CUDA tensors.
 
@@ -354,7 +357,10 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     softmax_scale defaults to 1/sqrt(head_dim). window_size: (left, right) sliding window per
     sequence, as hopattn.attention's (query i of sequence b sees key j iff
     i + len_k(b) - len_q(b) - left <= j <= i + len_k(b) - len_q(b) + right, -1 unbounded; the
-    lengths are the seqused ones when given); the backward uses the same window.
+    lengths are the seqused ones when given); the backward uses the same window. softcap: score
+    softcapping as hopattn.attention's (> 0: each score becomes
+    softcap * tanh(softmax_scale * q.k / softcap); 0.0, the default, is off; a finite float >= 0,
+    else ValueError naming softcap); the backward uses the same softcap.
 
     * torch CUDA tensors (bfloat16/float16, the index tensors int32 on the same device): the sm90
       kernel on the current stream, one launch for the batch; nothing synchronises the host unless
@@ -387,6 +393,7 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     """
     _check_scale(softmax_scale)
     window = _check_window(window_size)
+    softcap = _check_softcap(softcap)
     # Ints that fit the struct's int64; their values (non-negative, not below a real length) are the library's.
     max_seqlen_q = _check_int64("max_seqlen_q", max_seqlen_q)
     max_seqlen_k = _check_int64("max_seqlen_k", max_seqlen_k)
@@ -394,8 +401,8 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     torch = _torch_module_of(q)
     if torch is not None:
         return _run_torch(torch, q, k, v, index, max_seqlen_q, max_seqlen_k, bool(causal), softmax_scale,
-                          bool(return_lse), bool(check_index_values), bool(deterministic), window)
+                          bool(return_lse), bool(check_index_values), bool(deterministic), window, softcap)
     if _is_numpy_array(q):
         return _run_numpy(q, k, v, index, max_seqlen_q, max_seqlen_k, bool(causal), softmax_scale, bool(return_lse),
-                          window)
+                          window, softcap)
     raise TypeError(f"q: expected a torch.Tensor (CUDA) or numpy.ndarray, got {type(q).__name__}")

@@ -22,6 +22,10 @@ struct KvCacheProblem {
   DType dtype = DType::kBF16;
   bool causal = false;
   float scale = 1.f;
+  // The window, normalised as AttnProblem's (normalise_window): -1 (unbounded) or >= 0 on each
+  // side, causal sets window_right = 0. Row i of sequence b sees keys visible_keys(i, seqlen_q,
+  // len_k(b), window_left, window_right).
+  int64_t window_left = -1, window_right = -1;
   int num_splits = 0;  // as asked (0: heuristic)
 
   const void* q = nullptr;
@@ -48,6 +52,12 @@ struct KvCacheProblem {
   // Query rows attended per (batch, kv head): the GQA group's heads times seqlen_q.
   HOPATTN_HOST_DEVICE int64_t rows_per_kv_head() const { return heads_kv == 0 ? 0 : seqlen_q * group(); }
   HOPATTN_HOST_DEVICE bool no_queries() const { return batch == 0 || seqlen_q == 0 || heads_q == 0; }
+  // The most keys any row of one sequence can see together (the union of its rows' windows): the
+  // capacity, or with a left bound the seqlen_q + left keys [len_k - seqlen_q - left, len_k), as
+  // the last row's window always ends at len_k. What the decode kernels split.
+  int64_t max_window_keys() const {
+    return window_left >= 0 && window_left < capacity - seqlen_q ? seqlen_q + window_left : capacity;
+  }
 };
 
 // Checks every argument (shapes, dtypes, strides, alignment for the GPU, the index tensors' form);

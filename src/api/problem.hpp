@@ -63,9 +63,10 @@ struct KeyRange {
   int64_t begin, end;
 };
 HOPATTN_HOST_DEVICE inline KeyRange visible_keys(int64_t i, int64_t sq, int64_t sk, int64_t left, int64_t right) {
+  // Compared before subtracting/adding, so bounds up to 2^63 - 1 cannot overflow.
   const int64_t diag = i + sk - sq;
-  const int64_t begin = left < 0 ? 0 : (diag - left > 0 ? diag - left : 0);
-  const int64_t end = right < 0 ? sk : (diag + right + 1 < sk ? diag + right + 1 : sk);
+  const int64_t begin = left < 0 || left >= diag ? 0 : diag - left;
+  const int64_t end = right < 0 || right >= sk - diag - 1 ? sk : diag + right + 1;
   return {begin, end};
 }
 
@@ -126,10 +127,9 @@ inline bool tensor_absent(const TensorRef& t) {
 // right -1 or 0. On success stores the normalised bounds (-1 or >= 0; causal: right = 0).
 Result normalise_window(const Window& w, bool causal, int64_t* left, int64_t* right);
 
-// softcap: finite and >= 0 (0 = off). The sm90 kernels reject a non-zero one with this message
-// (docs/design-window.md: a run-time branch cost the d64 causal forward 7-10%).
+// softcap: finite and >= 0 (0 = off). On sm90 a softcapped problem runs its own (local) kernels:
+// ws/fwd_softcap_launch.cuh, bwd/softcap_main.cuh; the FP8 forward has none.
 Result check_softcap(float softcap);
-extern const char* const kSoftcapNotOnSm90;
 
 // The score of scale * q.k under the problem's softcap (identity when it is 0): the references'.
 inline double capped_score(double scaled_dot, double softcap) {

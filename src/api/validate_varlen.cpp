@@ -156,7 +156,6 @@ Result validate_forward_varlen(const VarlenForwardArgs& a, Backend backend, Varl
   int64_t window_left = -1, window_right = -1;
   if (Result r = normalise_window(a.window, a.causal, &window_left, &window_right); !r.ok()) return r;
   if (Result r = check_softcap(a.softcap); !r.ok()) return r;
-  if (backend == Backend::kSm90 && a.softcap != 0.f) return Result{Status::kUnsupported, kSoftcapNotOnSm90};
 
   // The index tensors: cu_seqlens_q fixes the batch, cu_seqlens_k must agree.
   if (a.cu_seqlens_q.ndim != 1)

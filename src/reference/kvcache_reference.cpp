@@ -60,7 +60,8 @@ void attention_with_kvcache_cpu(const KvCacheProblem& p) {
     s.head_dim = d;
     s.dtype = p.dtype;
     s.causal = p.causal;
-    s.window_right = p.causal ? 0 : -1;  // AttnProblem's normalised form: causal is window_right = 0
+    s.window_left = p.window_left;  // normalised by validate_kvcache as AttnProblem's (causal: right = 0)
+    s.window_right = p.window_right;
     s.scale = p.scale;
     s.q = static_cast<const uint8_t*>(p.q) + b * p.q_stride[0] * es;
     s.k = k.data();

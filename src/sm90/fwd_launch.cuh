@@ -66,6 +66,7 @@ cudaError_t run_fwd_mma(const AttnProblem& pr, cudaStream_t stream) {
 
 template <DType kDType, int kHeadDim>
 cudaError_t run_fwd(const AttnProblem& pr, cudaStream_t stream) {
+  if (pr.softcap > 0.f) return run_fwd_softcap<kDType, kHeadDim>(pr, stream);
   // Packed (varlen) batches and sliding windows exist only in the warp-specialised kernel: no
   // fallback (the mma kernel's mask is causal or nothing).
   if (pr.varlen() || pr.window_left >= 0 || (pr.window_right >= 0 && !pr.causal))

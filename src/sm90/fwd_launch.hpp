@@ -12,4 +12,9 @@ namespace hopattn::sm90 {
 template <DType kDType, int kHeadDim>
 cudaError_t run_fwd(const AttnProblem& problem, cudaStream_t stream);
 
+// The same for a softcapped problem (softcap > 0), which run_fwd forwards here. Instantiated in
+// its own generated unit (src/instantiations/fwd_softcap.cu.in, sm90/ws/fwd_softcap_launch.cuh).
+template <DType kDType, int kHeadDim>
+cudaError_t run_fwd_softcap(const AttnProblem& problem, cudaStream_t stream);
+
 }  // namespace hopattn::sm90

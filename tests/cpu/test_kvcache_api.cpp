@@ -1,12 +1,14 @@
 // KV-cache decoding on the CPU: attention_with_kvcache_cpu against forward_cpu on each sequence's
 // keys gathered by hand (bitwise: the same reference code), the in-place append (appended rows
-// equal k_new/v_new, every other cache byte untouched), rows that see no key; one test per rule of
+// equal k_new/v_new, every other cache byte untouched), rows that see no key, sliding windows
+// (also against a masked softmax written here from the window formula); one test per rule of
 // validate_kvcache and of the index-value checks; the split planning (heuristic, clamps, workspace
-// layout); and the C ABI entry points.
+// layout, the window's key bound); and the C ABI entry points (the struct layout too).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -55,10 +57,12 @@ struct KvCase {
   DType dtype = DType::kFP32;
   bool causal = false;
   bool with_lse = true;
+  Window window;  // default: none
 };
 
 std::string describe(const KvCase& c) {
-  return std::string(dtype_name(c.dtype)) + (c.causal ? " causal" : " full") + " sq=" + std::to_string(c.seqlen_q) +
+  return std::string(dtype_name(c.dtype)) + (c.causal ? " causal" : " full") + " window=(" +
+         std::to_string(c.window.left) + "," + std::to_string(c.window.right) + ") sq=" + std::to_string(c.seqlen_q) +
          " new=" + std::to_string(c.seqlen_new) + " h=" + std::to_string(c.heads_q) + "/" + std::to_string(c.heads_kv) +
          (c.page_size ? " page=" + std::to_string(c.page_size) : " contiguous") + " pad=" + std::to_string(c.row_pad);
 }
@@ -124,6 +128,7 @@ void setup(KvHost& x, const KvCase& c, uint64_t seed) {
   a.out = make_tensor(x.out.data(), c.dtype, b, sq, hq, d);
   if (c.with_lse) a.lse = make_tensor(x.lse.data(), DType::kFP32, b, hq, sq);
   a.causal = c.causal;
+  a.window = c.window;
 }
 
 // Runs attention_with_kvcache_cpu on `c`, then checks: the cache (appended rows are k_new/v_new,
@@ -169,6 +174,7 @@ void check_against_gathered(const KvCase& c, uint64_t seed) {
     f.out = make_tensor(out1.data(), c.dtype, 1, sq, hq, d);
     f.lse = make_tensor(lse1.data(), DType::kFP32, 1, hq, sq);
     f.causal = c.causal;
+    f.window = c.window;
     const Result fr = forward_cpu(f);
     ASSERT_TRUE(fr.ok()) << fr.message;
     if (q_bytes == 0) continue;
@@ -248,6 +254,141 @@ TEST(KvCacheCpu, EmptyQueriesStillAppend) {
   c.seqlen_q = 0;
   c.seqlen_new = 2;
   check_against_gathered(c, 77);
+}
+
+// The windows of the GPU tests (and their edge cases) through the gathered-keys comparison: the KV
+// path hands forward_cpu the window with sk = len_k(b).
+struct NamedWindow {
+  const char* name;
+  bool causal;
+  Window w;
+};
+const NamedWindow kWindows[] = {
+    {"left5", false, {5, -1}},          {"right2", false, {-1, 2}},    {"both6_1", false, {6, 1}},
+    {"causal_left3", true, {3, -1}},    {"causal_left0", true, {0, 0}}, {"left0_right0", false, {0, 0}},
+    {"wider_than_cache", false, {100, 100}}, {"causal_right_unbounded", true, {-1, -1}},
+};
+
+TEST(KvCacheCpu, SlidingWindowsMatchForwardOnGatheredKeys) {
+  uint64_t seed = 500;
+  for (const NamedWindow& nw : kWindows)
+    for (int64_t page : {int64_t{0}, int64_t{4}})
+      for (int64_t sq : {1, 4})
+        for (int64_t seqlen_new : {0, 2}) {
+          SCOPED_TRACE(nw.name);
+          KvCase c;
+          c.page_size = page;
+          c.capacity = 48;
+          c.seqlen_q = sq;
+          c.causal = nw.causal;
+          c.window = nw.w;
+          c.seqlen_new = seqlen_new;
+          c.cached = {0, 1, 17, 46 - static_cast<int>(seqlen_new), 3};
+          check_against_gathered(c, seed++);
+        }
+}
+
+// The reference's windows against a masked softmax written here from the formula: query i of
+// sequence b (len_k keys after the append) sees key j iff 0 <= j < len_k,
+// j >= i + len_k - sq - left (left >= 0) and j <= i + len_k - sq + right (right >= 0, causal: 0).
+// fp32 data, double arithmetic: out and lse agree to fp32 rounding.
+void check_window_formula(const KvCase& c, uint64_t seed) {
+  SCOPED_TRACE(describe(c));
+  KvHost x;
+  setup(x, c, seed);
+  const Result r = attention_with_kvcache_cpu(x.args);  // appends in place: x's cache is then the expected one
+  ASSERT_TRUE(r.ok()) << r.message;
+  const int64_t hq = c.heads_q, hkv = c.heads_kv, sq = c.seqlen_q, d = c.head_dim, group = hq / hkv;
+  const int64_t right = c.causal ? 0 : c.window.right;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  const float* q = reinterpret_cast<const float*>(x.q.data());
+  const float* kc = reinterpret_cast<const float*>(x.k_cache.data());
+  const float* vc = reinterpret_cast<const float*>(x.v_cache.data());
+  const float* out = reinterpret_cast<const float*>(x.out.data());
+  int64_t rows_without_keys = 0, rows_with_keys = 0;
+  for (int64_t b = 0; b < x.batch; ++b) {
+    const int64_t len_k = x.seqlens[static_cast<size_t>(b)] + c.seqlen_new;
+    for (int64_t i = 0; i < sq; ++i)
+      for (int64_t h = 0; h < hq; ++h) {
+        const std::string where = "b=" + std::to_string(b) + " i=" + std::to_string(i) + " h=" + std::to_string(h);
+        std::vector<double> w(static_cast<size_t>(len_k), 0.0);
+        double mx = -INFINITY;
+        std::vector<bool> seen(static_cast<size_t>(len_k), false);
+        for (int64_t j = 0; j < len_k; ++j) {
+          if (c.window.left >= 0 && j < i + len_k - sq - c.window.left) continue;
+          if (right >= 0 && j > i + len_k - sq + right) continue;
+          double dot = 0;
+          for (int64_t e = 0; e < d; ++e)
+            dot += double(q[((b * sq + i) * hq + h) * d + e]) * double(kc[x.token(b, h / group, j) + e]);
+          w[static_cast<size_t>(j)] = dot * scale;
+          seen[static_cast<size_t>(j)] = true;
+          mx = std::max(mx, dot * scale);
+        }
+        const float* o = out + ((b * sq + i) * hq + h) * d;
+        const float l = x.lse[static_cast<size_t>((b * hq + h) * sq + i)];
+        if (mx == -INFINITY) {  // no key in the window
+          ++rows_without_keys;
+          EXPECT_TRUE(std::isinf(l) && l < 0) << where << " lse " << l;
+          for (int64_t e = 0; e < d; ++e) EXPECT_EQ(o[e], 0.f) << where;
+          continue;
+        }
+        ++rows_with_keys;
+        double sum = 0;
+        std::vector<double> acc(static_cast<size_t>(d), 0.0);
+        for (int64_t j = 0; j < len_k; ++j) {
+          if (!seen[static_cast<size_t>(j)]) continue;
+          const double p = std::exp(w[static_cast<size_t>(j)] - mx);
+          sum += p;
+          for (int64_t e = 0; e < d; ++e) acc[static_cast<size_t>(e)] += p * double(vc[x.token(b, h / group, j) + e]);
+        }
+        EXPECT_NEAR(l, mx + std::log(sum), 1e-5 * std::max(1.0, std::fabs(mx + std::log(sum)))) << where;
+        for (int64_t e = 0; e < d; ++e) EXPECT_NEAR(o[e], acc[static_cast<size_t>(e)] / sum, 2e-6) << where << " e=" << e;
+      }
+  }
+  EXPECT_GT(rows_with_keys, 0);
+  (void)rows_without_keys;
+}
+
+TEST(KvCacheCpu, SlidingWindowsMatchTheFormula) {
+  uint64_t seed = 900;
+  for (const NamedWindow& nw : kWindows)
+    for (int64_t page : {int64_t{0}, int64_t{1}, int64_t{8}})
+      for (int64_t sq : {1, 5})
+        for (int64_t seqlen_new : {0, 3}) {
+          SCOPED_TRACE(nw.name);
+          KvCase c;
+          c.heads_q = 4;
+          c.heads_kv = 2;
+          c.page_size = page;
+          c.capacity = 40;
+          c.seqlen_q = sq;
+          c.causal = nw.causal;
+          c.window = nw.w;
+          c.seqlen_new = seqlen_new;
+          // 0 and 1 cached keys (rows without a key in the window when sq > len_k), a full cache.
+          c.cached = {0, 1, 19, 40 - static_cast<int>(seqlen_new)};
+          check_window_formula(c, seed++);
+        }
+}
+
+TEST(KvCacheCpu, WindowRowsThatSeeNoKey) {
+  // Window (0, 1), 4 queries against 2 keys: query i sees keys i - 2 <= j <= i - 1, so row 0 none
+  // (out 0, lse -inf) and rows 1..3 one or two.
+  KvCase c;
+  c.cached = {2};
+  c.seqlen_q = 4;
+  c.window = {0, 1};
+  KvHost x;
+  setup(x, c, 11);
+  ASSERT_TRUE(attention_with_kvcache_cpu(x.args).ok());
+  const int64_t hq = c.heads_q, sq = c.seqlen_q;
+  for (int64_t i = 0; i < sq; ++i)
+    for (int64_t h = 0; h < hq; ++h) {
+      // Keys [max(0, i - 2), min(1, i - 1)]: none for i = 0, {0} for i = 1, {0, 1} for 2, {1} for 3.
+      const bool sees = i >= 1;
+      const float l = x.lse[static_cast<size_t>(h * sq + i)];
+      EXPECT_EQ(std::isinf(l) && l < 0, !sees) << "i=" << i << " h=" << h;
+    }
 }
 
 // ---- (b) validation rules ------------------------------------------------------------------------
@@ -436,6 +577,36 @@ TEST(KvCacheValidation, LseScaleSplits) {
   expect_invalid([](ValidArgs& v) { v.a.num_splits = -1; }, "num_splits=-1 is negative");
 }
 
+TEST(KvCacheValidation, Window) {
+  expect_invalid([](ValidArgs& v) { v.a.window = {-2, -1}; }, "window.left=-2 must be >= 0, or -1 for unbounded");
+  expect_invalid([](ValidArgs& v) { v.a.window = {4, -3}; }, "window.right=-3 must be >= 0, or -1 for unbounded");
+  expect_invalid(
+      [](ValidArgs& v) {
+        v.a.causal = true;
+        v.a.window = {-1, 1};
+      },
+      "window.right=1 with causal: causal is window.right = 0 (pass -1 or 0)");
+  // The same rules on the GPU backend (form checks, no values read).
+  ValidArgs g;
+  g.a.window = {-7, 0};
+  KvCacheProblem p;
+  Result r = validate_kvcache(g.a, Backend::kSm90, &p);
+  EXPECT_EQ(r.status, Status::kInvalidArgument);
+  EXPECT_NE(r.message.find("window.left=-7"), std::string::npos) << r.message;
+  // Normalised bounds in the problem: -1 or >= 0, causal is right = 0.
+  struct Norm { bool causal; Window w; int64_t left, right; };
+  for (const Norm& n : {Norm{false, {-1, -1}, -1, -1}, Norm{true, {-1, -1}, -1, 0}, Norm{true, {5, 0}, 5, 0},
+                        Norm{false, {0, 3}, 0, 3}, Norm{false, {int64_t{1} << 40, -1}, int64_t{1} << 40, -1}}) {
+    ValidArgs v;
+    v.a.causal = n.causal;
+    v.a.window = n.w;
+    r = validate_kvcache(v.a, Backend::kCpu, &p);
+    ASSERT_TRUE(r.ok()) << r.message;
+    EXPECT_EQ(p.window_left, n.left);
+    EXPECT_EQ(p.window_right, n.right);
+  }
+}
+
 TEST(KvCacheValidation, IndexValuesOnTheCpu) {
   expect_invalid([](ValidArgs& v) { v.seqlens[1] = -1; }, "cache_seqlens[1]=-1 is negative");
   expect_invalid([](ValidArgs& v) { v.seqlens[2] = 23; },
@@ -557,6 +728,92 @@ TEST(KvCachePlan, SplitHeuristic) {
   EXPECT_EQ(choose_num_splits(8, 4096, 0, 0), 1);  // no slots known: treated as 1, a full wave
 }
 
+// A left-bounded window caps the keys the kernel splits per sequence at seqlen_q + left (the last
+// query's window ends at len_k), which the heuristic and the forced-count clamp use.
+TEST(KvCachePlan, WindowBoundsTheKeysPerSequence) {
+  KvCacheProblem p;
+  p.batch = 1; p.seqlen_q = 1; p.heads_q = 32; p.heads_kv = 8; p.head_dim = 128; p.capacity = 131072;
+  EXPECT_EQ(p.max_window_keys(), 131072);
+  EXPECT_EQ(sm90::decode::plan_decode(p, 132).num_splits, 16);  // 8 blocks a split (SplitHeuristic)
+  p.window_right = 0;  // a right bound alone does not cap the keys
+  EXPECT_EQ(p.max_window_keys(), 131072);
+  p.window_left = 511;  // 512 keys: at most 2 splits of 256
+  EXPECT_EQ(p.max_window_keys(), 512);
+  EXPECT_EQ(sm90::decode::plan_decode(p, 132).num_splits, 2);
+  p.window_left = 4095;  // 4096 keys
+  EXPECT_EQ(p.max_window_keys(), 4096);
+  EXPECT_EQ(sm90::decode::plan_decode(p, 132).num_splits, 16);
+  p.seqlen_q = 4;
+  EXPECT_EQ(p.max_window_keys(), 4099);
+  p.window_left = 255;
+  p.seqlen_q = 1;
+  p.num_splits = 64;  // forced: clamped to the window's 4 steps of 64 keys
+  EXPECT_EQ(sm90::decode::plan_decode(p, 132).num_splits, 4);
+  p.window_left = 131071;  // as wide as the cache, or wider: the capacity
+  EXPECT_EQ(p.max_window_keys(), 131072);
+  p.window_left = int64_t{1} << 62;
+  EXPECT_EQ(p.max_window_keys(), 131072);
+  EXPECT_EQ(sm90::decode::plan_decode(p, 132).num_splits, 64);
+  p.window_left = 0;  // the diagonal only
+  EXPECT_EQ(p.max_window_keys(), 1);
+  EXPECT_EQ(sm90::decode::plan_decode(p, 132).num_splits, 1);
+}
+
+// The decode kernel's key ranges, replayed on the host: its per-row bounds (window_key_begin/end,
+// shared with the kernel) against visible_keys, and its split and block cuts (the sequence's
+// [key_lo, len_k) shared by the splits, each block's share cut to its first and last rows, then the
+// per-element mask over the 16-key chunks of the 4 warps, as kernel.cuh does): every row must see
+// exactly its window's keys, each once, across splits and row blocks, and nothing outside [0, len_k).
+TEST(KvCachePlan, KernelKeyRangesCoverEachWindowOnce) {
+  using namespace sm90::decode;
+  int64_t checked = 0, bad = 0;
+  for (int len_k : {0, 1, 5, 64, 65, 300, 777})
+    for (int sq : {1, 4, 17})
+      for (int group : {1, 4})
+        for (int64_t left : {int64_t{-1}, int64_t{0}, int64_t{5}, int64_t{64}, int64_t{700}, int64_t{1} << 62})
+          for (int64_t right : {int64_t{-1}, int64_t{0}, int64_t{3}, int64_t{1} << 62})
+            for (int splits : {1, 2, 5})
+              for (int block_rows : {16, 32}) {
+                const int rows = sq * group;
+                const auto row_begin = [&](int r) { return window_key_begin(r / group, sq, len_k, left); };
+                const auto row_end = [&](int r) { return window_key_end(r / group, sq, len_k, right); };
+                std::vector<int> seen(static_cast<size_t>(rows * std::max(len_k, 1)), 0);
+                for (int row0 = 0; row0 < rows; row0 += block_rows)
+                  for (int split = 0; split < splits; ++split) {
+                    const int row_last = std::min(row0 + block_rows, rows) - 1;
+                    const int key_lo = row_begin(0);
+                    const int share = keys_per_split(len_k - key_lo, splits);
+                    const int split_begin = key_lo + split * share;
+                    const int key_begin = std::max(split_begin, row_begin(row0));
+                    const int key_end = std::min(split_begin + share, row_end(row_last));
+                    const int steps = key_end > key_begin ? (key_end - key_begin + kStepKeys - 1) / kStepKeys : 0;
+                    for (int r = row0; r <= row_last; ++r) {
+                      const int first = row_begin(r), count = std::max(std::min(row_end(r), key_end) - first, 0);
+                      for (int step = 0; step < steps; ++step)
+                        for (int warp = 0; warp < kWarps; ++warp) {
+                          const int key0 = key_begin + step * kStepKeys + warp * kChunkKeys;
+                          if (key0 >= key_end) continue;
+                          for (int key = key0; key < key0 + kChunkKeys; ++key) {
+                            if (!(static_cast<unsigned>(key - first) < static_cast<unsigned>(count))) continue;
+                            if (key < 0 || key >= len_k) ++bad;
+                            else ++seen[static_cast<size_t>(r * len_k + key)];
+                          }
+                        }
+                    }
+                  }
+                for (int r = 0; r < rows; ++r) {
+                  const KeyRange kr = visible_keys(r / group, sq, len_k, left, right);
+                  EXPECT_EQ(row_begin(r), std::min<int64_t>(kr.begin, len_k));
+                  EXPECT_EQ(row_end(r), std::max<int64_t>(kr.end, 0));
+                  for (int j = 0; j < len_k; ++j, ++checked)
+                    bad += seen[static_cast<size_t>(r * len_k + j)] != (j >= kr.begin && j < kr.end ? 1 : 0);
+                }
+                ASSERT_EQ(bad, 0) << "len_k " << len_k << " sq " << sq << " group " << group << " left " << left
+                                  << " right " << right << " splits " << splits << " block rows " << block_rows;
+              }
+  EXPECT_GT(checked, 0);
+}
+
 TEST(KvCachePlan, KeysPerSplitCoverTheSequence) {
   using sm90::decode::keys_per_split;
   for (int len : {0, 1, 63, 64, 65, 1000, 4096, 131071})
@@ -613,6 +870,22 @@ hopattn_tensor c_tensor(const TensorRef& t) {
   return c;
 }
 
+
+// The C ABI struct with the tensors of a C++ KvCacheArgs (options left at zero: the caller sets them).
+hopattn_kvcache_args c_tensors_of(const KvCacheArgs& k) {
+  hopattn_kvcache_args a{};
+  a.q = c_tensor(k.q);
+  a.k_cache = c_tensor(k.k_cache);
+  a.v_cache = c_tensor(k.v_cache);
+  a.cache_seqlens = c_tensor(k.cache_seqlens);
+  a.page_table = c_tensor(k.page_table);
+  a.k_new = c_tensor(k.k_new);
+  a.v_new = c_tensor(k.v_new);
+  a.out = c_tensor(k.out);
+  a.lse = c_tensor(k.lse);
+  return a;
+}
+
 TEST(KvCacheCAbi, CpuCallMatchesTheCppApi) {
   KvCase c;
   c.cached = {3, 0, 9};
@@ -625,17 +898,7 @@ TEST(KvCacheCAbi, CpuCallMatchesTheCppApi) {
   setup(x, c, 31);
   setup(y, c, 31);
   ASSERT_TRUE(attention_with_kvcache_cpu(x.args).ok());
-  hopattn_kvcache_args a{};
-  const KvCacheArgs& k = y.args;
-  a.q = c_tensor(k.q);
-  a.k_cache = c_tensor(k.k_cache);
-  a.v_cache = c_tensor(k.v_cache);
-  a.cache_seqlens = c_tensor(k.cache_seqlens);
-  a.page_table = c_tensor(k.page_table);
-  a.k_new = c_tensor(k.k_new);
-  a.v_new = c_tensor(k.v_new);
-  a.out = c_tensor(k.out);
-  a.lse = c_tensor(k.lse);
+  hopattn_kvcache_args a = c_tensors_of(y.args);
   a.causal = 1;
   ASSERT_EQ(hopattn_attention_with_kvcache_cpu(&a), HOPATTN_SUCCESS) << hopattn_last_error();
   EXPECT_TRUE(x.out == y.out);
@@ -656,6 +919,66 @@ TEST(KvCacheCAbi, CpuCallMatchesTheCppApi) {
   a.k_new.data = g_fake_memory;
   EXPECT_EQ(hopattn_attention_with_kvcache_cpu(&a), HOPATTN_INVALID_ARGUMENT);
   EXPECT_NE(std::string(hopattn_last_error()).find("k_new: unknown dtype code 99"), std::string::npos);
+}
+
+// The ABI 7 struct, field by field (x86-64 / LP64 offsets; the Python package's ctypes mirror).
+TEST(KvCacheCAbi, StructLayout) {
+  static_assert(sizeof(hopattn_tensor) == 80);
+  EXPECT_EQ(offsetof(hopattn_kvcache_args, q), 0u);
+  EXPECT_EQ(offsetof(hopattn_kvcache_args, lse), 8 * 80u);
+  EXPECT_EQ(offsetof(hopattn_kvcache_args, causal), 720u);
+  EXPECT_EQ(offsetof(hopattn_kvcache_args, has_softmax_scale), 724u);
+  EXPECT_EQ(offsetof(hopattn_kvcache_args, softmax_scale), 728u);
+  EXPECT_EQ(offsetof(hopattn_kvcache_args, num_splits), 732u);
+  EXPECT_EQ(offsetof(hopattn_kvcache_args, check_index_values), 736u);
+  EXPECT_EQ(offsetof(hopattn_kvcache_args, has_window), 740u);
+  EXPECT_EQ(offsetof(hopattn_kvcache_args, window_left), 744u);
+  EXPECT_EQ(offsetof(hopattn_kvcache_args, window_right), 752u);
+  EXPECT_EQ(sizeof(hopattn_kvcache_args), 760u);
+  EXPECT_EQ(hopattn_abi_version(), 7);
+}
+
+TEST(KvCacheCAbi, WindowMatchesTheCppApi) {
+  KvCase c;
+  c.cached = {3, 0, 9};
+  c.page_size = 4;
+  c.capacity = 16;
+  c.seqlen_q = 3;
+  c.seqlen_new = 1;
+  c.window = {2, 1};
+  KvHost x, y;
+  setup(x, c, 41);
+  setup(y, c, 41);
+  ASSERT_TRUE(attention_with_kvcache_cpu(x.args).ok());
+  hopattn_kvcache_args a = c_tensors_of(y.args);
+  a.has_window = 1;
+  a.window_left = 2;
+  a.window_right = 1;
+  ASSERT_EQ(hopattn_attention_with_kvcache_cpu(&a), HOPATTN_SUCCESS) << hopattn_last_error();
+  EXPECT_TRUE(x.out == y.out);
+  EXPECT_EQ(0, std::memcmp(x.lse.data(), y.lse.data(), x.lse.size() * 4));
+  // The window changes the result (so the fields are read) ...
+  KvHost z;
+  c.window = {};
+  setup(z, c, 41);
+  ASSERT_TRUE(attention_with_kvcache_cpu(z.args).ok());
+  EXPECT_FALSE(z.out == x.out);
+  // ... only with has_window: bounds that would be invalid are ignored without it.
+  a.has_window = 0;
+  a.window_left = -5;
+  a.window_right = -9;
+  a.k_new = a.v_new = hopattn_tensor{};  // appending again would be harmless, but keep the cache
+  EXPECT_EQ(hopattn_attention_with_kvcache_cpu(&a), HOPATTN_SUCCESS) << hopattn_last_error();
+  a.has_window = 1;
+  EXPECT_EQ(hopattn_attention_with_kvcache_cpu(&a), HOPATTN_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(hopattn_last_error()).find("window.left=-5"), std::string::npos) << hopattn_last_error();
+  a.window_left = 3;
+  a.window_right = 2;
+  a.causal = 1;
+  EXPECT_EQ(hopattn_attention_with_kvcache_cpu(&a), HOPATTN_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(hopattn_last_error()).find("window.right=2 with causal"), std::string::npos)
+      << hopattn_last_error();
+  EXPECT_EQ(hopattn_attention_with_kvcache_workspace_size(&a), 0u);
 }
 
 }  // namespace

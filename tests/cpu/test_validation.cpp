@@ -298,8 +298,14 @@ TEST(Validation, Softcap) {
   ASSERT_TRUE(validate_forward(a, Backend::kCpu, &p).ok());
   EXPECT_EQ(p.softcap, 30.f);
   ASSERT_TRUE(validate_forward(a, Backend::kCudaReference, &p).ok());
-  // The sm90 kernels have none yet: a clear "unsupported", never a silently uncapped result.
-  expect_rejected(sm90([](ForwardArgs& x) { x.softcap = 30.f; }), Status::kUnsupported, "softcap");
+  p.softcap = 0.f;
+  ASSERT_TRUE(validate_forward(a, Backend::kSm90, &p).ok());  // the softcap kernels
+  EXPECT_EQ(p.softcap, 30.f);
+  // The FP8 forward has none: a clear "unsupported", never a silently uncapped result.
+  AttnProblem fp8_problem;
+  const Result fp8 = validate_forward(a, Backend::kSm90Fp8, &fp8_problem);
+  EXPECT_EQ(fp8.status, Status::kUnsupported) << fp8.message;
+  EXPECT_NE(fp8.message.find("softcap"), std::string::npos) << fp8.message;
   BackwardArgs b;
   b.q = a.q; b.k = a.k; b.v = a.v; b.out = a.out; b.lse = a.lse;
   b.dout = a.out; b.dq = a.q; b.dk = a.k; b.dv = a.v;
@@ -307,7 +313,8 @@ TEST(Validation, Softcap) {
   AttnBackwardProblem bp;
   expect_rejected(validate_backward(b, Backend::kSm90, &bp), Status::kInvalidArgument, "softcap");
   b.softcap = 5.f;
-  expect_rejected(validate_backward(b, Backend::kSm90, &bp), Status::kUnsupported, "softcap");
+  ASSERT_TRUE(validate_backward(b, Backend::kSm90, &bp).ok());
+  EXPECT_EQ(bp.fwd.softcap, 5.f);
   ASSERT_TRUE(validate_backward(b, Backend::kCpu, &bp).ok());
   EXPECT_EQ(bp.fwd.softcap, 5.f);
 }

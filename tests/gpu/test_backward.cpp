@@ -150,6 +150,33 @@ std::vector<BwdCase> make_window() {
   return cases;
 }
 
+// Softcapping (caps 2 and 30): the backward's 1 - tanh^2 factor, recovered from P (softcap_grad);
+// causal or not, GQA, ragged lengths, one with a window; batch 2 deterministic. bf16 at every head
+// dim (d256 runs the head-split consumer, whose P comes back as 16-bit), fp16 at 128.
+std::vector<BwdCase> make_softcap() {
+  std::vector<BwdCase> cases;
+  const int64_t seqlens[][2] = {{17, 17}, {127, 255}, {255, 127}, {300, 300}};
+  for (DType t : {DType::kBF16, DType::kFP16})
+    for (int d : {64, 128, 256}) {
+      if (t == DType::kFP16 && d != 128) continue;
+      int k = 0;
+      for (bool causal : {false, true})
+        for (const auto& sl : seqlens)
+          for (float cap : {2.f, 30.f}) {
+            const int64_t b = (k++ % 4 == 0) ? 2 : 1;
+            BwdCase c{t, d, causal, sl[0], sl[1], 8, 2, b};
+            c.deterministic = b == 2;
+            c.softcap = cap;
+            cases.push_back(c);
+          }
+      BwdCase w{t, d, false, 300, 400, 4, 4, 1};
+      w.softcap = 30.f;
+      w.window = {64, 16};
+      cases.push_back(w);
+    }
+  return cases;
+}
+
 // 64-bit offsets: ~4.3 GB of device memory each (one slab per batch, 2^31 + 4096 elements apart).
 std::vector<BwdCase> make_huge() {
   return {BwdCase{DType::kBF16, 128, true, 200, 500, 4, 2, 2, false, Layout::kHugeBatchStride},
@@ -561,6 +588,8 @@ TEST_P(BackwardVsReference, MatchesCpuReference) {
 INSTANTIATE_TEST_SUITE_P(Sm90, BackwardVsReference, ::testing::ValuesIn(make_grid()),
                          [](const ::testing::TestParamInfo<BwdCase>& info) { return case_name(info.param); });
 INSTANTIATE_TEST_SUITE_P(Sm90Strided, BackwardVsReference, ::testing::ValuesIn(make_strided()),
+                         [](const ::testing::TestParamInfo<BwdCase>& info) { return case_name(info.param); });
+INSTANTIATE_TEST_SUITE_P(Sm90Softcap, BackwardVsReference, ::testing::ValuesIn(make_softcap()),
                          [](const ::testing::TestParamInfo<BwdCase>& info) { return case_name(info.param); });
 INSTANTIATE_TEST_SUITE_P(Sm90Window, BackwardVsReference, ::testing::ValuesIn(make_window()),
                          [](const ::testing::TestParamInfo<BwdCase>& info) { return case_name(info.param); });

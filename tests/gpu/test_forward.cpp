@@ -381,6 +381,31 @@ TEST(Sm90Repeat, EmptyAndFullTilesInterleavedAreStable) {
 
 INSTANTIATE_TEST_SUITE_P(Sm90, ForwardVsReference, ::testing::ValuesIn(make_cases()),
                          [](const ::testing::TestParamInfo<FwdCase>& info) { return case_name(info.param); });
+// Softcapping (caps of 2 and 30 against scores of up to ~10: the cap bends them), causal or not,
+// with a window, GQA, ragged lengths; bf16 at every head dim, fp16 at 128.
+std::vector<FwdCase> make_softcap_cases() {
+  std::vector<FwdCase> cases;
+  const int64_t seqlens[][2] = {{17, 17}, {127, 255}, {1000, 1000}, {300, 77}};
+  for (DType t : {DType::kBF16, DType::kFP16})
+    for (int d : {64, 128, 256}) {
+      if (t == DType::kFP16 && d != 128) continue;
+      for (bool causal : {false, true})
+        for (const auto& sl : seqlens)
+          for (float cap : {2.f, 30.f}) {
+            FwdCase c{t, d, causal, sl[0], sl[1], 8, 2, 1};
+            c.softcap = cap;
+            cases.push_back(c);
+          }
+      FwdCase w{t, d, false, 500, 700, 4, 4, 2};
+      w.softcap = 30.f;
+      w.window = {64, 16};
+      cases.push_back(w);
+    }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Sm90Softcap, ForwardVsReference, ::testing::ValuesIn(make_softcap_cases()),
+                         [](const ::testing::TestParamInfo<FwdCase>& info) { return case_name(info.param); });
 INSTANTIATE_TEST_SUITE_P(Sm90Window, ForwardVsReference, ::testing::ValuesIn(make_window_cases()),
                          [](const ::testing::TestParamInfo<FwdCase>& info) { return case_name(info.param); });
 

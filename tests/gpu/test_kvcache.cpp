@@ -4,8 +4,12 @@
 // paged 16/64/256 with random page tables) x GQA group x seqlen_q x causal x append, with ragged
 // cache lengths including 0, 1 and a full cache; then split counts 1..64 against one split,
 // run-to-run bitwise determinism, a long cache, 64-bit offsets, strided caches, and the index-value
-// checks (and the clamping without them). out/lse are NaN-poisoned before every call; after it the
-// cache must hold k_new/v_new at the appended rows and be bitwise untouched everywhere else.
+// checks (and the clamping without them); sliding windows (KvCacheWindowVsReference: each side
+// alone, both, causal with a left bound, the diagonal, wider than the cache, over contiguous and
+// paged caches, seqlen_q 1/4/17, with and without append, heuristic and forced splits; and
+// Sm90KvCache.SlidingWindowOptions over dtypes, head dims and GQA groups). out/lse are
+// NaN-poisoned before every call; after it the cache must hold k_new/v_new at the appended rows and
+// be bitwise untouched everywhere else.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -61,6 +65,7 @@ struct DecCase {
   int head_dim = 128;
   int64_t heads_q = 8, heads_kv = 2, seqlen_q = 1;
   bool causal = false;
+  Window window;           // default: none
   int64_t page_size = 0;   // 0: contiguous
   int64_t capacity = 768;  // keys per sequence: max_seqlen_k, or max_pages * page_size
   std::vector<int> cached;  // cache_seqlens
@@ -170,6 +175,7 @@ void setup(DecRun& x, const DecCase& c) {
   a.out = make_tensor(x.out.get(), c.dtype, b, sq, hq, d);
   if (c.with_lse) a.lse = make_tensor(x.lse.get(), DType::kFP32, b, hq, sq);
   a.causal = c.causal;
+  a.window = c.window;
   a.num_splits = c.num_splits;
 
   // The expected cache: k_new/v_new at rows cache_seqlens[b] + t.
@@ -207,6 +213,7 @@ void setup(DecRun& x, const DecCase& c) {
     f.out = make_tensor(static_cast<uint16_t*>(out_ref.get()) + bi * q_seq, c.dtype, 1, sq, hq, d);
     f.lse = make_tensor(static_cast<float*>(lse_ref.get()) + bi * hq * sq, DType::kFP32, 1, hq, sq);
     f.causal = c.causal;
+    f.window = c.window;  // bottom-right aligned on the gathered keys: sk = len_k(b)
     const Result r = forward_reference_cuda(f);
     ASSERT_TRUE(r.ok()) << "reference: " << r.message;
   }
@@ -389,6 +396,143 @@ TEST_P(KvCacheVsReference, MatchesGatheredFp64Reference) {
 
 INSTANTIATE_TEST_SUITE_P(Sm90, KvCacheVsReference, ::testing::ValuesIn(grid_cases()),
                          [](const ::testing::TestParamInfo<GridCase>& info) { return grid_name(info.param); });
+
+// ---- sliding windows ------------------------------------------------------------------------------
+
+struct WindowCase {
+  const char* window_name;
+  bool causal;
+  Window window;
+  int64_t page_size;  // 0: contiguous
+  int64_t seqlen_q;
+  bool append;
+};
+
+std::string window_case_name(const WindowCase& w) {
+  return std::string(w.window_name) + (w.page_size ? "_paged" + std::to_string(w.page_size) : std::string("_contig")) +
+         "_q" + std::to_string(w.seqlen_q) + (w.append ? "_append" : "");
+}
+
+std::vector<WindowCase> window_cases() {
+  struct Named { const char* name; bool causal; Window w; };
+  const Named windows[] = {
+      {"left64", false, {64, -1}},             // left only
+      {"left700", false, {700, -1}},           // left only, across several splits
+      {"right3", false, {-1, 3}},              // right only (non-causal): rows before the keys see none
+      {"both40_7", false, {40, 7}},            // both sides
+      {"causal_left100", true, {100, -1}},     // causal with a left bound (right normalised to 0)
+      {"causal_left0", true, {0, 0}},          // the diagonal only
+      {"wider_than_cache", false, {5000, 5000}},
+  };
+  std::vector<WindowCase> v;
+  for (const Named& n : windows)
+    for (int64_t page : {0, 16, 64})
+      for (int64_t sq : {1, 4, 17})
+        for (bool append : {false, true}) v.push_back({n.name, n.causal, n.w, page, sq, append});
+  return v;
+}
+
+class KvCacheWindowVsReference : public ::testing::TestWithParam<WindowCase> {};
+
+// bf16, head_dim 128, GQA 8/2 (17 queries: 68 rows, three 32-row blocks, so blocks of one sequence
+// start their keys at different window edges). Capacity 2048; sequences of 0, 1, 300, a full cache
+// and 1500 keys (3 appended with `append`). The heuristic's split count first, then 5 forced splits
+// (a 64-key window leaves most of them empty) and 1, each against the reference.
+TEST_P(KvCacheWindowVsReference, MatchesGatheredFp64Reference) {
+  if (!has_sm90()) GTEST_SKIP() << "no sm_90 device";
+  const WindowCase w = GetParam();
+  DecCase c;
+  c.name = "window_" + window_case_name(w);
+  c.page_size = w.page_size;
+  c.capacity = 2048;
+  c.heads_q = 8;
+  c.heads_kv = 2;
+  c.seqlen_q = w.seqlen_q;
+  c.causal = w.causal;
+  c.window = w.window;
+  c.seqlen_new = w.append ? 3 : 0;
+  c.cached = w.append ? std::vector<int>{0, 1, 300, 2045, 1500} : std::vector<int>{0, 1, 300, 2048, 1500};
+  c.num_splits = 0;
+  DecRun x;
+  run_and_check(x, c);
+  if (::testing::Test::HasFatalFailure()) return;
+  for (int splits : {5, 1}) {
+    SCOPED_TRACE(c.name + " num_splits=" + std::to_string(splits));
+    Problems p{c.name + " num_splits=" + std::to_string(splits)};
+    const Outputs o = run(x, splits);
+    check_cache(x, p);  // the repeated append writes the same rows again
+    check_outputs(x, o, p);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Sm90, KvCacheWindowVsReference, ::testing::ValuesIn(window_cases()),
+                         [](const ::testing::TestParamInfo<WindowCase>& info) { return window_case_name(info.param); });
+
+// Windows over the other dtypes, head dims and GQA shapes (MQA, no GQA, a 16-query group), a long
+// cache with a window much shorter than it (the split heuristic sizes for the window), and a
+// window on a strided cache without lse.
+TEST(Sm90KvCache, SlidingWindowOptions) {
+  if (!has_sm90()) GTEST_SKIP() << "no sm_90 device";
+  struct Variant {
+    const char* name; DType t; int d; int64_t page, hq, hkv, sq; bool causal; Window w; int64_t capacity;
+    std::vector<int> cached; int splits; int64_t pad; bool lse;
+  };
+  const Variant variants[] = {
+      {"fp16_d64_mqa_left33", DType::kFP16, 64, 0, 8, 1, 3, false, {33, -1}, 768, {700, 0, 65, 766}, 0, 0, true},
+      {"fp16_d256_both20_5", DType::kFP16, 256, 64, 4, 2, 2, false, {20, 5}, 768, {766, 1, 200}, 3, 0, true},
+      {"bf16_d64_nogqa_causal_left9", DType::kBF16, 64, 16, 4, 4, 17, true, {9, 0}, 768, {0, 766, 17}, 0, 0, true},
+      {"bf16_d256_group16_right1", DType::kBF16, 256, 0, 16, 1, 4, false, {-1, 1}, 768, {3, 766, 400}, 2, 0, true},
+      {"bf16_d128_long_left4095", DType::kBF16, 128, 256, 32, 8, 1, true, {4095, -1}, 65536, {65534, 30000}, 0, 0, true},
+      {"bf16_d128_long_left4095_forced16", DType::kBF16, 128, 0, 32, 8, 1, false, {4095, -1}, 65536, {65534, 5000}, 16, 0, true},
+      {"fp16_d128_strided_nolse_left50", DType::kFP16, 128, 48, 8, 2, 4, true, {50, -1}, 960, {958, 2, 500}, 0, 24, false},
+  };
+  for (const Variant& v : variants) {
+    DecCase c;
+    c.name = std::string("window_") + v.name;
+    c.dtype = v.t;
+    c.head_dim = v.d;
+    c.page_size = v.page;
+    c.heads_q = v.hq;
+    c.heads_kv = v.hkv;
+    c.seqlen_q = v.sq;
+    c.causal = v.causal;
+    c.window = v.w;
+    c.capacity = v.capacity;
+    c.cached = v.cached;
+    c.seqlen_new = 2;
+    c.num_splits = v.splits;
+    c.row_pad = v.pad;
+    c.with_lse = v.lse;
+    DecRun x;
+    run_and_check(x, c);
+  }
+}
+
+// A window gives bitwise identical results run to run, with and without splits.
+TEST(Sm90KvCache, SlidingWindowRepeatRunsAreBitwiseIdentical) {
+  if (!has_sm90()) GTEST_SKIP() << "no sm_90 device";
+  for (int splits : {0, 1, 7}) {
+    DecCase c;
+    c.name = "window_determinism_splits" + std::to_string(splits);
+    c.page_size = 16;
+    c.capacity = 2048;
+    c.heads_q = 32;
+    c.heads_kv = 8;
+    c.seqlen_q = 4;
+    c.causal = true;
+    c.window = {300, -1};
+    c.seqlen_new = 1;
+    c.num_splits = splits;
+    c.cached = {2047, 5, 1000, 0};
+    DecRun x;
+    const Outputs first = run_and_check(x, c);
+    for (int rep = 0; rep < 2; ++rep) {
+      const Outputs again = run(x, splits);
+      EXPECT_TRUE(again.out == first.out) << c.name << ": out differs on run " << rep + 2;
+      EXPECT_EQ(0, std::memcmp(again.lse.data(), first.lse.data(), first.lse.size() * 4)) << c.name << ": lse differs";
+    }
+  }
+}
 
 // ---- splits, determinism, long caches, offsets, layouts -------------------------------------------
 

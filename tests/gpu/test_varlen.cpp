@@ -692,9 +692,60 @@ TEST(Sm90Varlen, SlidingWindow) {
         c.heads_kv = 2;
         c.len_q = {0, 1, 130, 300, 77, 257};
         c.len_k = {5, 1, 130, 100, 400, 0};
+        c.softcap = n % 2 == 0 ? 0.f : 5.f;  // every other window also softcapped
         run_and_check(c);
       }
     }
+}
+
+// Softcapping without a window (the softcap kernels' unbounded run-time bounds), causal or not.
+TEST(Sm90Varlen, Softcap) {
+  if (!has_sm90()) GTEST_SKIP() << "no sm_90 device";
+  int n = 0;
+  for (DType t : {DType::kBF16, DType::kFP16})
+    for (int d : {64, 128, 256}) {
+      if (find_forward_kernel(t, d) == nullptr || (t == DType::kFP16 && d != 128)) continue;
+      for (bool causal : {false, true}) {
+        VarlenCase c;
+        c.name = "softcap_" + std::to_string(n++);
+        c.dtype = t;
+        c.head_dim = d;
+        c.causal = causal;
+        c.heads_q = 8;
+        c.heads_kv = 2;
+        c.len_q = {0, 1, 130, 300, 77, 257, 1000};
+        c.len_k = {5, 1, 130, 100, 400, 0, 1000};
+        c.softcap = causal ? 2.f : 30.f;
+        run_and_check(c);
+      }
+    }
+}
+
+// The varlen tile scheduler (VarlenTileScheduler) finds each work index's sequence by prefix sums over
+// 32 sequences at a time: 150 sequences (a fifth of them empty, lengths up to 700, so the scan
+// crosses several 32-sequence chunks, some holding no tile at all) at every head dim, causal (folded
+// units at d128/d256, longest first at d64) and not, with fewer sequences than CTAs (5) too.
+TEST(Sm90Varlen, SchedulerCoversEveryTileOnce) {
+  if (!has_sm90()) GTEST_SKIP() << "no sm_90 device";
+  int n = 0;
+  for (int d : {64, 128, 256}) {
+    if (find_forward_kernel(DType::kBF16, d) == nullptr) continue;
+    for (bool causal : {false, true})
+      for (int count : {150, 5}) {
+        VarlenCase c;
+        c.name = "sched_" + std::to_string(n++);
+        c.dtype = DType::kBF16;
+        c.head_dim = d;
+        c.causal = causal;
+        c.heads_q = 4;
+        c.heads_kv = 2;
+        c.len_q = random_lengths(count, 100 + n, 0, 700);
+        c.len_k = random_lengths(count, 200 + n, 0, 700);
+        for (size_t i = 0; i < c.len_q.size(); i += 5) c.len_q[i] = 0;  // every fifth empty
+        for (size_t i = 32; i < c.len_q.size() && i < 64; ++i) c.len_q[i] = 0;  // a chunk with no tile
+        run_and_check(c);
+      }
+  }
 }
 
 // ---- run-to-run stability --------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 # pytest setup for the Python binding tests: makes the source-tree package importable and adds
 # --require-library (or HOPATTN_REQUIRE_LIBRARY=1), which turns "library not found" skips into
-# failures so CI, which always sets HOPATTN_LIBRARY, cannot pass by silently skipping everything.
+# failures so CI, which always sets HOPATTN_LIBRARY, cannot pass by silently skipping everything;
+# the module-scoped fixture lib (the library, or the module skipped).
 import os
 import sys
 from pathlib import Path
@@ -28,6 +29,15 @@ def pytest_addoption(parser):
         default=False,
         help=f"fail (instead of skip) when libhopattn.so cannot be loaded; same as {REQUIRE_ENV}=1",
     )
+
+
+@pytest.fixture(scope="module")
+def lib():
+    """The library loaded, or the calling module skipped (failed under --require-library): name it
+    in the tests that need the library (hopattn_test_support.require_library_or_skip_module)."""
+    from hopattn_test_support import require_library_or_skip_module
+
+    require_library_or_skip_module()
 
 
 def pytest_configure(config):

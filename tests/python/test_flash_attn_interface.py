@@ -1,18 +1,21 @@
 # hopattn.flash_attn_interface, the drop-in for FlashAttention-3's flash_attn_interface module.
 #  - Everywhere (no torch, no library): the signatures equal FA3's (names, order, defaults); every
 #    unsupported argument raises NotImplementedError naming it, before any tensor is looked at
-#    (window_size only in flash_attn_with_kvcache: the others hand it on, with FA3's causal rule);
+#    (softcap only in flash_attn_with_kvcache: the others hand it on; softcap's values are tested in
+#    test_softcap.py); every function hands window_size on with FA3's causal rule (the KV-cache
+#    call too, since C ABI 7);
 #    flash_attn_combine / get_scheduler_metadata raise; importing it imports no torch;
 #    flash_attn_varlen_func and flash_attn_with_kvcache hand every supported argument to
 #    hopattn.varlen_attention / attention_with_kvcache (an int cache_seqlens broadcast to int32).
 #    (varlen results and gradients are tested with hopattn.varlen_attention in test_varlen.py.)
 #  - With the library (numpy, CPU reference): the supported functions return what hopattn.attention
 #    returns, in FA3's return conventions; flash_attn_with_kvcache equals attention_with_kvcache
-#    bitwise (contiguous and paged, with and without the append, the caches mutated alike).
+#    bitwise (contiguous and paged, with and without the append, the caches mutated alike, with
+#    and without a sliding window).
 #  - With torch on the CPU: unsupported arguments are reported before the CUDA-device check.
 #  - With torch, the library and an sm_90 GPU: flash_attn_func / flash_attn_qkvpacked_func against
 #    hopattn.attention (bitwise, forward and gradients) and against torch SDPA; flash_attn_with_kvcache
-#    against hopattn.attention_with_kvcache (bitwise, out, lse and the appended caches).
+#    against hopattn.attention_with_kvcache (bitwise, out, lse and the appended caches; with a window).
 import inspect
 import math
 import os
@@ -92,7 +95,6 @@ UNSUPPORTED = {
     "k_descale": SENTINEL,
     "v_descale": SENTINEL,
     "attention_chunk": 256,
-    "softcap": 30.0,
     "num_splits": 2,
     "pack_gqa": "yes",
     "sm_margin": 8,
@@ -133,7 +135,7 @@ def test_flash_attn_varlen_func_passes_its_arguments_through(monkeypatch, determ
     (args, kw), = calls
     assert all(a is b for a, b in zip(args, (q, k, v, cu_q, cu_k))) and args[5:] == (8, 9)
     assert kw == dict(causal=True, softmax_scale=0.5, seqused_q=used_q, seqused_k=used_k, return_lse=True,
-                      deterministic=deterministic, window_size=(-1, -1))
+                      deterministic=deterministic, window_size=(-1, -1), softcap=0.0)
 
 
 # (window_size, causal, what hopattn gets): FA3 sets the right bound to 0 under causal (mha_fwd:
@@ -151,17 +153,21 @@ FA3_WINDOWS = [
 
 @pytest.mark.parametrize("window_size, causal, want", FA3_WINDOWS)
 def test_window_size_is_handed_on_with_fa3s_causal_rule(monkeypatch, window_size, causal, want):
-    from hopattn import varlen
+    from hopattn import kvcache, varlen
 
     calls = []
     monkeypatch.setattr(ops, "attention", lambda *args, **kw: calls.append(kw["window_size"]) or "out")
     monkeypatch.setattr(varlen, "varlen_attention", lambda *args, **kw: calls.append(kw["window_size"]) or "out")
+    monkeypatch.setattr(kvcache, "attention_with_kvcache", lambda *args, **kw: calls.append(kw["window_size"]) or "out")
     assert fai.flash_attn_func(SENTINEL, SENTINEL, SENTINEL, causal=causal, window_size=window_size) == "out"
     qkv = np.zeros((1, 2, 3, 1, 8))
     assert fai.flash_attn_qkvpacked_func(qkv, causal=causal, window_size=window_size) == "out"
     assert fai.flash_attn_varlen_func(SENTINEL, SENTINEL, SENTINEL, SENTINEL, SENTINEL, 8, 8, causal=causal,
                                       window_size=window_size) == "out"
-    assert calls == [want] * 3
+    # The KV-cache call (C ABI 7) takes the window with the same rule.
+    assert fai.flash_attn_with_kvcache(SENTINEL, SENTINEL, SENTINEL, cache_seqlens=SENTINEL, causal=causal,
+                                       window_size=window_size) == "out"
+    assert calls == [want] * 4
     assert all(type(w) is tuple and all(type(x) is int for x in w) for w in calls)
 
 
@@ -170,16 +176,19 @@ def test_window_size_must_be_a_pair_of_ints(window_size):
     # Checked before any tensor is looked at, as hopattn.attention checks it.
     for call in (lambda: fai.flash_attn_func(SENTINEL, SENTINEL, SENTINEL, window_size=window_size),
                  lambda: fai.flash_attn_varlen_func(SENTINEL, SENTINEL, SENTINEL, SENTINEL, SENTINEL, 8, 8,
-                                                    window_size=window_size)):
+                                                    window_size=window_size),
+                 lambda: fai.flash_attn_with_kvcache(SENTINEL, SENTINEL, SENTINEL, cache_seqlens=SENTINEL,
+                                                     window_size=window_size)):
         with pytest.raises(TypeError, match="window_size"):
             call()
 
 
-@pytest.mark.parametrize("window_size", [(-1, 0), (0, -1), (4, 4), (128, 0), None, 5])
-def test_flash_attn_with_kvcache_rejects_any_window_but_the_default(window_size):
-    # The KV-cache kernel has no sliding window: refused, never silently dropped.
-    with pytest.raises(NotImplementedError, match=r"^flash_attn_with_kvcache: window_size=.*no sliding window"):
-        fai.flash_attn_with_kvcache(SENTINEL, SENTINEL, SENTINEL, cache_seqlens=SENTINEL, window_size=window_size)
+def test_flash_attn_with_kvcache_checks_softcap_before_the_window():
+    # softcap is refused (the KV-cache kernel has none) whatever the window, and a bad window's form
+    # is reported only once the unsupported arguments are settled, as in flash_attn_func.
+    with pytest.raises(NotImplementedError, match=r"^flash_attn_with_kvcache: softcap=.*no softcapping"):
+        fai.flash_attn_with_kvcache(SENTINEL, SENTINEL, SENTINEL, cache_seqlens=SENTINEL, window_size="ab",
+                                    softcap=30.0)
 
 
 def test_tensor_arguments_are_named_by_shape_not_contents():
@@ -188,11 +197,12 @@ def test_tensor_arguments_are_named_by_shape_not_contents():
         fai.flash_attn_func(SENTINEL, SENTINEL, SENTINEL, qv=value)
 
 
-# flash_attn_func's unsupported arguments that flash_attn_with_kvcache has too, and its own.
+# flash_attn_func's unsupported arguments that flash_attn_with_kvcache has too, and its own (the
+# KV-cache kernel has no softcapping, which the other functions take; its window_size is mapped).
 KVCACHE_UNSUPPORTED = {
     **{name: UNSUPPORTED[name] for name in ("qv", "q_descale", "k_descale", "v_descale", "attention_chunk",
-                                            "softcap", "pack_gqa", "sm_margin")},
-    "window_size": (128, 0),
+                                            "pack_gqa", "sm_margin")},
+    "softcap": 30.0,
     "rotary_cos": SENTINEL,
     "rotary_sin": SENTINEL,
     "cache_batch_idx": SENTINEL,
@@ -227,7 +237,7 @@ def test_flash_attn_with_kvcache_passes_its_arguments_through(monkeypatch, pack_
     (args, kw), = calls
     assert all(a is b for a, b in zip(args, (q, k_cache, v_cache, seqlens)))
     assert kw.pop("k") is k and kw.pop("v") is v and kw.pop("page_table") is page_table
-    assert kw == dict(causal=True, softmax_scale=0.5, num_splits=num_splits, return_lse=True)
+    assert kw == dict(causal=True, softmax_scale=0.5, num_splits=num_splits, return_lse=True, window_size=(-1, -1))
 
 
 def test_flash_attn_with_kvcache_int_and_missing_cache_seqlens(monkeypatch):
@@ -352,6 +362,27 @@ def test_flash_attn_with_kvcache_is_hopattn_attention_with_kvcache(lib, page_siz
     assert isinstance(alone, np.ndarray)
     np.testing.assert_array_equal(alone, hopattn.attention_with_kvcache(q, k_cache, v_cache, seqlens + seqlen_new,
                                                                         page_table=page_table))
+
+
+@pytest.mark.parametrize("page_size", [0, 4], ids=["contiguous", "paged"])
+@pytest.mark.parametrize("window_size, causal, want", [((3, 1), False, (3, 1)), ((2, 2), True, (2, 0)),
+                                                       ((-1, 0), False, (-1, 0)), ((100, 100), True, (100, 0))])
+def test_flash_attn_with_kvcache_window_is_attention_with_kvcache(lib, page_size, window_size, causal, want):
+    # FA3's causal rule: with causal the right bound becomes 0 (Transformers passes (w, w)).
+    q, k_cache, v_cache, seqlens, page_table, k, v = kvcache_problem(page_size, 2, seed=4)
+    caches = (k_cache.copy(), v_cache.copy())
+    out, lse = fai.flash_attn_with_kvcache(q, k_cache, v_cache, k=k, v=v, cache_seqlens=seqlens,
+                                           page_table=page_table, causal=causal, window_size=window_size,
+                                           return_softmax_lse=True)
+    want_out, want_lse = hopattn.attention_with_kvcache(q, *caches, seqlens, k=k, v=v, page_table=page_table,
+                                                        causal=causal, window_size=want, return_lse=True)
+    np.testing.assert_array_equal(out, want_out)
+    np.testing.assert_array_equal(lse, want_lse)
+    np.testing.assert_array_equal(k_cache, caches[0])
+    if want != (100, 0):  # a window narrower than the cache changes the result
+        plain = hopattn.attention_with_kvcache(q, k_cache.copy(), v_cache.copy(), seqlens + 2, page_table=page_table,
+                                               causal=causal)
+        assert not np.array_equal(out, plain)
 
 
 def test_flash_attn_with_kvcache_int_cache_seqlens(lib):
@@ -527,3 +558,10 @@ def test_flash_attn_with_kvcache_equals_attention_with_kvcache_bitwise(page_size
     want = hopattn.attention_with_kvcache(q, k_cache, v_cache, torch.full_like(seqlens, int(seqlens.max())),
                                           page_table=page_table)
     assert torch.equal(out, want)
+    # A sliding window with FA3's causal rule: (3, 3) with causal is hopattn's (3, 0).
+    out, lse = fai.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens, page_table=page_table,
+                                           causal=True, window_size=(3, 3), return_softmax_lse=True)
+    want_out, want_lse = hopattn.attention_with_kvcache(q, k_cache, v_cache, seqlens, page_table=page_table,
+                                                        causal=True, window_size=(3, 0), return_lse=True)
+    torch.cuda.synchronize()
+    assert torch.equal(out, want_out) and torch.equal(lse, want_lse)

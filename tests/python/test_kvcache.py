@@ -5,18 +5,24 @@
 #  - With the library (numpy, the CPU reference): each sequence against a float64 formula on its
 #    keys gathered by hand, contiguous and paged (random page tables), GQA/MQA, causal with
 #    seqlen_q > 1, ragged lengths with 0, the append (new rows written, all else untouched), lse;
-#    the library's errors reach the exception with the argument named.
+#    the library's errors reach the exception with the argument named. Sliding windows (C ABI 7):
+#    left only, right only, both, causal with a left bound, the diagonal, wider than the cache,
+#    seqlen_q 1 and 4, GQA/MQA, contiguous and paged, with an append, rows that see no key; against
+#    the float64 formula and bitwise against hopattn.attention (the CPU reference) on each
+#    sequence's gathered keys; bad windows named (window.left / window.right / window_size).
 #  - With torch, no GPU: CPU tensors refused by attention_with_kvcache. The custom op
 #    hopattn::fwd_kvcache (torch_ops.py): its schema (k_cache, v_cache mutated), its CPU kernel (the
 #    CPU reference) equal to the numpy binding bitwise, caches appended alike, torch.library.opcheck,
 #    torch.compile(fullgraph=True, aot_eager) equal to eager with the same cache mutation, the fake
 #    implementation, and attention_with_kvcache traced by dynamo into one graph holding the op
-#    (fake CUDA tensors).
+#    (fake CUDA tensors); the window (window_left / window_right, last in the schema) through all of it.
 #  - With torch, the library and an sm_90 GPU: bf16/fp16 against the float64 formula for page sizes
 #    16/64/256 and contiguous caches, the append, split counts, determinism, check_index_values,
 #    the workspace on a side stream; the op route equal to the direct one bitwise;
 #    torch.compile(fullgraph=True) equal to eager (out, lse, the appended caches); a decode step
-#    captured in a CUDA graph and replayed equal to eager.
+#    captured in a CUDA graph and replayed equal to eager. With sliding windows: against the float64
+#    formula and against hopattn.attention on the gathered keys, split counts, determinism, the op
+#    route, torch.compile and CUDA graphs.
 import ctypes
 import inspect
 import re
@@ -46,20 +52,26 @@ def lib():
 def test_signature():
     params = list(inspect.signature(hopattn.attention_with_kvcache).parameters)
     assert params == ["q", "k_cache", "v_cache", "cache_seqlens", "k", "v", "page_table", "causal", "softmax_scale",
-                      "num_splits", "return_lse", "check_index_values"]
+                      "num_splits", "return_lse", "check_index_values", "window_size"]
+    window = inspect.signature(hopattn.attention_with_kvcache).parameters["window_size"].default
+    assert window == (-1, -1) and window is hopattn.ops.NO_WINDOW
+    # The KV-cache kernel has no softcapping: the call does not offer it.
+    assert "softcap" not in inspect.signature(hopattn.attention_with_kvcache).parameters
     assert "attention_with_kvcache" in hopattn.__all__
 
 
 # 9 tensors of 80 bytes (720) + causal, has_softmax_scale, softmax_scale, num_splits,
-# check_index_values (740) -> padded to 744.
+# check_index_values, has_window (744) + int64 window_left, window_right (ABI 7) -> 760.
+KV_SIZE = 760
 KV_OFFSETS = {"q": 0, "k_cache": 80, "v_cache": 160, "cache_seqlens": 240, "page_table": 320, "k_new": 400,
               "v_new": 480, "out": 560, "lse": 640, "causal": 720, "has_softmax_scale": 724, "softmax_scale": 728,
-              "num_splits": 732, "check_index_values": 736}
+              "num_splits": 732, "check_index_values": 736, "has_window": 740, "window_left": 744,
+              "window_right": 752}
 
 
 def test_struct_layout():
     cls = _lib.HopattnKvcacheArgs
-    assert ctypes.sizeof(cls) == 744
+    assert ctypes.sizeof(cls) == KV_SIZE
     for field, offset in KV_OFFSETS.items():
         assert getattr(cls, field).offset == offset, field
     header = (REPO_ROOT / "include" / "hopattn" / "hopattn_c.h").read_text()
@@ -82,7 +94,7 @@ def test_struct_layout_matches_the_c_compiler(tmp_path):
     subprocess.run([cc, "-std=c99", "-I", str(REPO_ROOT / "include"), str(src), "-o", str(exe)], check=True)
     got = dict(line.split() for line in subprocess.run([str(exe)], check=True, capture_output=True,
                                                        text=True).stdout.splitlines())
-    assert int(got.pop("size")) == 744
+    assert int(got.pop("size")) == KV_SIZE
     assert {k: int(v) for k, v in got.items()} == KV_OFFSETS
 
 
@@ -92,9 +104,14 @@ def test_pack_helper_fills_every_field():
     assert (a.causal, a.has_softmax_scale, a.softmax_scale, a.num_splits, a.check_index_values) == (1, 1, 0.5, 7, 1)
     assert a.page_table.data is None and a.k_new.ndim == 0 and a.v_new.ndim == 0 and a.lse.ndim == 0
     assert a.out.data == 0x8000 and a.cache_seqlens.data == 0x4000
+    assert (a.has_window, a.window_left, a.window_right) == (0, -1, -1)  # no window_size: none
     b = _lib.make_kvcache_args(*t[:4], t[4], t[5], t[6], t[7], t[8], False, None, 0, False)
     assert (b.page_table.data, b.k_new.data, b.v_new.data, b.lse.data) == (0x5000, 0x6000, 0x7000, 0x9000)
     assert (b.causal, b.has_softmax_scale, b.num_splits, b.check_index_values) == (0, 0, 0, 0)
+    for window, fields in [((-1, -1), (0, -1, -1)), (None, (0, -1, -1)), ((5, -1), (1, 5, -1)), ((-1, 0), (1, -1, 0)),
+                           ([3, 2], (1, 3, 2)), ((1 << 40, 0), (1, 1 << 40, 0)), ((-2, 7), (1, -2, 7))]:
+        c = _lib.make_kvcache_args(*t[:4], None, None, None, t[7], None, False, None, 0, False, window)
+        assert (c.has_window, c.window_left, c.window_right) == fields, window
 
 
 @pytest.mark.parametrize(
@@ -106,6 +123,13 @@ def test_pack_helper_fills_every_field():
         ({"softmax_scale": "x"}, TypeError, "softmax_scale"),
         ({"k": np.zeros((1, 1, 1, 8), np.float32)}, hopattn.InvalidArgumentError, "only k is"),
         ({"v": np.zeros((1, 1, 1, 8), np.float32)}, hopattn.InvalidArgumentError, "only v is"),
+        ({"window_size": None}, TypeError, "window_size must be a"),
+        ({"window_size": 4}, TypeError, "window_size must be a"),
+        ({"window_size": (1, 2, 3)}, TypeError, "window_size must be a"),
+        ({"window_size": (1.5, 0)}, TypeError, r"window_size\[0\] \(left\) must be an int"),
+        ({"window_size": (2, True)}, TypeError, r"window_size\[1\] \(right\) must be an int"),
+        ({"window_size": ("a", 0)}, TypeError, r"window_size\[0\]"),
+        ({"window_size": (1 << 70, 0)}, hopattn.InvalidArgumentError, "does not fit in int64"),
     ],
 )
 def test_arguments_checked_before_the_library(kw, exc, match):
@@ -158,8 +182,9 @@ def make_problem(batch_lens, seqlen_q, heads_q, heads_kv, head_dim, capacity, pa
     return q, k_cache, v_cache, seqlens, page_table, k, v
 
 
-def expected(q, k_cache, v_cache, seqlens, page_table, k, v, causal, softmax_scale=None):
-    """(out, lse, k_cache_after, v_cache_after) in float64 from the formula on gathered keys."""
+def expected(q, k_cache, v_cache, seqlens, page_table, k, v, causal, softmax_scale=None, window_size=(-1, -1)):
+    """(out, lse, k_cache_after, v_cache_after) in float64 from the formula on gathered keys; the
+    window is bottom-right aligned per sequence over its keys after the append."""
     kc, vc = k_cache.astype(np.float64), v_cache.astype(np.float64)
     batch = q.shape[0]
     new = 0 if k is None else k.shape[1]
@@ -175,7 +200,7 @@ def expected(q, k_cache, v_cache, seqlens, page_table, k, v, causal, softmax_sca
     for b in range(batch):
         length = int(seqlens[b]) + new
         o, l = naive_attention(q[b : b + 1], gather(kc, page_table, b, length)[None], gather(vc, page_table, b, length)[None],
-                               causal=causal, softmax_scale=softmax_scale)
+                               causal=causal, softmax_scale=softmax_scale, window_size=window_size)
         outs.append(o[0])
         lses.append(l[0])
     return np.stack(outs), np.stack(lses), kc, vc
@@ -252,6 +277,106 @@ def test_numpy_read_only_cache_refused_for_append(lib):
     with pytest.raises(hopattn.InvalidArgumentError, match="k_cache is read-only"):
         hopattn.attention_with_kvcache(q, k_cache, v_cache, seqlens, k=k, v=v)
     hopattn.attention_with_kvcache(q, k_cache, v_cache, seqlens)  # no append: fine
+
+
+# --- numpy: sliding windows (C ABI 7) -------------------------------------------------------------------
+
+HUGE = 1 << 40  # wider than any cache: the library compares int64 bounds before any arithmetic
+
+WINDOW_CASES = {
+    # (lens, seqlen_q, heads_q, heads_kv, head_dim, capacity, page_size, seqlen_new, causal, window)
+    "left-sq1-contig": ([5, 0, 1, 30], 1, 4, 2, 16, 32, 0, 0, False, (3, -1)),
+    "left-sq4-paged4-append-gqa": ([7, 0, 19, 28], 4, 8, 2, 8, 32, 4, 2, False, (5, -1)),
+    "right-sq4-contig-append": ([5, 0, 1, 26], 4, 4, 2, 16, 32, 0, 3, False, (-1, 1)),
+    "right0-sq4-paged5": ([0, 24, 11], 4, 6, 3, 8, 25, 5, 0, False, (-1, 0)),
+    "both-sq4-paged16-append": ([0, 1, 17, 45], 4, 4, 4, 16, 48, 16, 3, False, (2, 1)),
+    "diagonal-sq4-contig": ([6, 2, 0, 3], 4, 4, 2, 8, 8, 0, 0, False, (0, 0)),
+    "causal-left-sq1-paged5-append-mqa": ([3, 9, 20], 1, 4, 1, 8, 25, 5, 1, True, (4, -1)),
+    "causal-left0-sq4-contig-append-gqa": ([5, 0, 1, 28], 4, 8, 2, 16, 32, 0, 2, True, (2, 0)),
+    "causal-wider-than-cache-sq4-paged4": ([5, 0, 11], 4, 4, 2, 16, 16, 4, 1, True, (1000, -1)),
+    "wider-than-cache-sq1-contig": ([5, 0, 30], 1, 4, 2, 16, 32, 0, 0, False, (HUGE, HUGE)),
+}
+
+
+def attention_on_gathered_keys(q, k_cache, v_cache, seqlens, page_table, new, causal, window, **kw):
+    """(out, lse): hopattn.attention (the dense CPU reference) on each sequence's keys gathered by
+    hand from the caches (after the append), sequence by sequence."""
+    outs, lses = [], []
+    for b in range(q.shape[0]):
+        length = int(seqlens[b]) + new
+        keys = gather(k_cache, page_table, b, length)[None]
+        values = gather(v_cache, page_table, b, length)[None]
+        o, l = hopattn.attention(q[b : b + 1], np.ascontiguousarray(keys), np.ascontiguousarray(values),
+                                 causal=causal, return_lse=True, window_size=window, **kw)
+        outs.append(o[0])
+        lses.append(l[0])
+    return np.stack(outs), np.stack(lses)
+
+
+@pytest.mark.parametrize("name", list(WINDOW_CASES))
+def test_numpy_window_against_float64_and_attention_on_gathered_keys(lib, name):
+    lens, sq, hq, hkv, d, capacity, page, new, causal, window = WINDOW_CASES[name]
+    q, k_cache, v_cache, seqlens, page_table, k, v = make_problem(lens, sq, hq, hkv, d, capacity, page, new, seed=11)
+    want_out, want_lse, want_k, want_v = expected(q, k_cache, v_cache, seqlens, page_table, k, v, causal,
+                                                  window_size=window)
+    out, lse = hopattn.attention_with_kvcache(q, k_cache, v_cache, seqlens, k=k, v=v, page_table=page_table,
+                                              causal=causal, return_lse=True, window_size=window)
+    assert out.shape == q.shape and out.dtype == q.dtype and lse.shape == (len(lens), hq, sq)
+    np.testing.assert_allclose(out, want_out, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(np.isinf(lse), np.isinf(want_lse))
+    finite = np.isfinite(want_lse)
+    np.testing.assert_allclose(lse[finite], want_lse[finite], rtol=1e-5, atol=1e-5)
+    assert np.all(out[np.isinf(lse).transpose(0, 2, 1)] == 0)  # rows whose window holds no key: exactly 0
+    np.testing.assert_array_equal(k_cache, want_k.astype(np.float32))  # the append, as without a window
+    np.testing.assert_array_equal(v_cache, want_v.astype(np.float32))
+    # The KV-cache CPU reference runs the dense one on each sequence's gathered keys: the same bits.
+    gathered_out, gathered_lse = attention_on_gathered_keys(q, k_cache, v_cache, seqlens, page_table, new, causal,
+                                                            window)
+    np.testing.assert_array_equal(out, gathered_out)
+    np.testing.assert_array_equal(lse, gathered_lse)
+
+
+def test_numpy_window_changes_what_is_seen(lib):
+    # Guards against a window silently dropped: a narrow window differs from none, a huge one does not.
+    args = make_problem([20, 9], 4, 4, 2, 16, 24, 0, 0, seed=12)
+    plain = hopattn.attention_with_kvcache(*args[:4], causal=True)
+    assert not np.array_equal(hopattn.attention_with_kvcache(*args[:4], causal=True, window_size=(3, 0)), plain)
+    np.testing.assert_array_equal(hopattn.attention_with_kvcache(*args[:4], causal=True, window_size=(HUGE, 0)), plain)
+    np.testing.assert_array_equal(hopattn.attention_with_kvcache(*args[:4], causal=True, window_size=[-1, -1]), plain)
+    # causal is the window's right bound 0, so (-1, 0) without causal equals causal.
+    np.testing.assert_array_equal(hopattn.attention_with_kvcache(*args[:4], window_size=(-1, 0)), plain)
+
+
+def test_numpy_window_float16_scale_and_splits(lib):
+    q, k_cache, v_cache, seqlens, page_table, k, v = make_problem([3, 20], 2, 4, 2, 16, 24, 8, 2, dtype=np.float16)
+    want_out, _, _, _ = expected(q, k_cache, v_cache, seqlens, page_table, k, v, True, softmax_scale=0.3,
+                                 window_size=(4, 0))
+    caches = (k_cache.copy(), v_cache.copy())
+    out = hopattn.attention_with_kvcache(q, k_cache, v_cache, seqlens, k=k, v=v, page_table=page_table, causal=True,
+                                         softmax_scale=0.3, window_size=(4, 0))
+    assert out.dtype == np.float16
+    np.testing.assert_allclose(out.astype(np.float64), want_out, rtol=2e-3, atol=2e-3)
+    again = hopattn.attention_with_kvcache(q, *caches, seqlens, k=k, v=v, page_table=page_table, causal=True,
+                                           softmax_scale=0.3, window_size=(4, 0), num_splits=5)
+    np.testing.assert_array_equal(out, again)  # num_splits is ignored on the CPU, the window is not
+
+
+@pytest.mark.parametrize(
+    "window, causal, match",
+    [
+        ((-2, -1), False, r"window.left=-2 must be >= 0, or -1 for unbounded"),
+        ((3, -5), False, r"window.right=-5 must be >= 0, or -1 for unbounded"),
+        ((4, 3), True, r"window.right=3 with causal: causal is window.right = 0 \(pass -1 or 0\)"),
+        ((-1, 1), True, r"window.right=1 with causal"),
+    ],
+)
+def test_numpy_bad_window_values_name_the_window(lib, window, causal, match):
+    q, k_cache, v_cache, seqlens, page_table, k, v = make_problem([3, 20], 1, 4, 2, 8, 32, 8, 2)
+    before = k_cache.copy()
+    with pytest.raises(hopattn.InvalidArgumentError, match=match):
+        hopattn.attention_with_kvcache(q, k_cache, v_cache, seqlens, k=k, v=v, page_table=page_table, causal=causal,
+                                       window_size=window)
+    np.testing.assert_array_equal(k_cache, before)  # refused before the append
 
 
 # --- torch ----------------------------------------------------------------------------------------------
@@ -348,6 +473,112 @@ def test_gpu_gradient_refused(lib):
         hopattn.attention_with_kvcache(q.requires_grad_(), k_cache, v_cache, seqlens)
 
 
+# --- GPU: sliding windows ------------------------------------------------------------------------------
+
+# (seqlen_q, causal, window): each side alone, both, causal with a left bound, the diagonal, wider
+# than the cache, on the ragged lengths of gpu_problem (0, 1 and a few hundred keys).
+GPU_WINDOWS = {
+    "left-sq1": (1, False, (64, -1)),
+    "left-sq4": (4, False, (100, -1)),
+    "right-sq4": (4, False, (-1, 1)),
+    "both-sq4": (4, False, (37, 2)),
+    "diagonal-sq4": (4, False, (0, 0)),
+    "causal-left-sq1": (1, True, (128, -1)),
+    "causal-left-sq4": (4, True, (200, 0)),
+    "causal-wider-than-cache-sq4": (4, True, (5000, 0)),
+    "wider-than-cache-sq1": (1, False, (HUGE, HUGE)),
+}
+
+
+def gather_torch(cache, page_table, b, length):
+    """gather() on torch tensors: sequence b's first `length` cached rows, contiguous."""
+    if page_table is None:
+        return cache[b, :length].contiguous()
+    page_size = cache.shape[1]
+    pages = page_table[b, : -(-length // page_size)].long()
+    return cache[pages].reshape(-1, *cache.shape[2:])[:length].contiguous()
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype_name", ["bf16", "fp16"])
+@pytest.mark.parametrize("page", [0, 16, 64])
+@pytest.mark.parametrize("name", list(GPU_WINDOWS))
+def test_gpu_window_against_float64_and_attention_on_gathered_keys(lib, name, page, dtype_name):
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype_name]
+    sq, causal, window = GPU_WINDOWS[name]
+    lens, new = [0, 1, 300, 509, 77], 3
+    q, k_cache, v_cache, seqlens, page_table, k, v = gpu_problem(lens, sq, 16, 4, 128, 512, page, new, dtype, seed=21)
+    want_out, want_lse, want_k, want_v = expected(*(to_numpy64(t) for t in (q, k_cache, v_cache)), seqlens.cpu().numpy(),
+                                                  None if page_table is None else page_table.cpu().numpy(),
+                                                  to_numpy64(k), to_numpy64(v), causal, window_size=window)
+    out, lse = hopattn.attention_with_kvcache(q, k_cache, v_cache, seqlens, k=k, v=v, page_table=page_table,
+                                              causal=causal, return_lse=True, window_size=window)
+    torch.cuda.synchronize()
+    tol = 1e-2 if dtype == torch.bfloat16 else 3e-3
+    assert rel_l2(to_numpy64(out), want_out) < tol
+    got_lse = lse.cpu().numpy()
+    np.testing.assert_array_equal(np.isinf(got_lse), np.isinf(want_lse))
+    finite = np.isfinite(want_lse)
+    np.testing.assert_allclose(got_lse[finite], want_lse[finite], rtol=1e-4, atol=1e-4)
+    assert torch.all(out.transpose(1, 2)[lse.isinf()] == 0)  # rows whose window holds no key: exactly 0
+    np.testing.assert_array_equal(to_numpy64(k_cache), want_k)  # the append, as without a window
+    np.testing.assert_array_equal(to_numpy64(v_cache), want_v)
+    # hopattn.attention (the dense sm90 forward) on each sequence's gathered keys, with the same window.
+    for b, length in enumerate(l + new for l in lens):
+        keys, values = gather_torch(k_cache, page_table, b, length), gather_torch(v_cache, page_table, b, length)
+        dense_out, dense_lse = hopattn.attention(q[b : b + 1], keys[None], values[None], causal=causal,
+                                                 return_lse=True, window_size=window)
+        assert rel_l2(to_numpy64(out[b]), to_numpy64(dense_out[0])) < 2 * tol, b
+        np.testing.assert_array_equal(lse[b].isinf().cpu().numpy(), dense_lse[0].isinf().cpu().numpy())
+        seen = dense_lse[0].isfinite()
+        torch.testing.assert_close(lse[b][seen], dense_lse[0][seen], rtol=1e-4, atol=1e-4)
+
+
+@needs_gpu
+def test_gpu_window_split_counts_and_determinism(lib):
+    # A 4k window over a 9k cache: the splits cover only the keys the window reaches.
+    q, k_cache, v_cache, seqlens, page_table, _, _ = gpu_problem([9000, 0, 1500, 9], 2, 16, 4, 128, 9216, 64, 0,
+                                                                 torch.bfloat16, seed=22)
+    window = (4096, 0)
+    arrays = [None if t is None else t.cpu().numpy() for t in (seqlens, page_table)]
+    want_out, want_lse, _, _ = expected(*(to_numpy64(t) for t in (q, k_cache, v_cache)), *arrays, None, None, True,
+                                        window_size=window)
+    one = hopattn.attention_with_kvcache(q, k_cache, v_cache, seqlens, page_table=page_table, causal=True,
+                                         num_splits=1, window_size=window)
+    assert rel_l2(to_numpy64(one), want_out) < 1e-2
+    for splits in (0, 3, 16):
+        out, lse = hopattn.attention_with_kvcache(q, k_cache, v_cache, seqlens, page_table=page_table, causal=True,
+                                                  num_splits=splits, window_size=window, return_lse=True)
+        again = hopattn.attention_with_kvcache(q, k_cache, v_cache, seqlens, page_table=page_table, causal=True,
+                                               num_splits=splits, window_size=window)
+        assert torch.equal(out, again), f"num_splits={splits} is not bitwise reproducible"
+        rel = ((out.float() - one.float()).norm() / one.float().norm().clamp_min(1e-30)).item()
+        assert rel <= 2 * 2**-8, (splits, rel)
+        got_lse = lse.cpu().numpy()
+        finite = np.isfinite(want_lse)
+        np.testing.assert_array_equal(np.isinf(got_lse), ~finite)
+        np.testing.assert_allclose(got_lse[finite], want_lse[finite], rtol=1e-4, atol=1e-4)
+
+
+@needs_gpu
+@pytest.mark.parametrize(
+    "window, causal, exc, match",
+    [
+        ((-2, -1), False, hopattn.InvalidArgumentError, "window.left=-2 must be >= 0"),
+        ((8, 3), True, hopattn.InvalidArgumentError, "window.right=3 with causal"),
+        ((8.0, 0), False, TypeError, r"window_size\[0\] \(left\) must be an int"),
+    ],
+)
+def test_gpu_bad_window_named(lib, window, causal, exc, match):
+    q, k_cache, v_cache, seqlens, page_table, k, v = gpu_problem([10, 20], 1, 8, 2, 128, 64, 16, 1, torch.bfloat16)
+    before = k_cache.clone()
+    with pytest.raises(exc, match=match):
+        hopattn.attention_with_kvcache(q, k_cache, v_cache, seqlens, k=k, v=v, page_table=page_table, causal=causal,
+                                       window_size=window)
+    torch.cuda.synchronize()
+    assert torch.equal(k_cache, before)  # refused before anything ran
+
+
 # --- the custom op hopattn::fwd_kvcache --------------------------------------------------------------
 
 needs_custom_op = pytest.mark.skipif(torch is None or not hasattr(torch.library, "custom_op"),
@@ -382,7 +613,8 @@ def test_op_schema_declares_the_append():
     assert str(torch_ops.fwd_kvcache._schema) == (
         "hopattn::fwd_kvcache(Tensor q, Tensor(a1!) k_cache, Tensor(a2!) v_cache, Tensor cache_seqlens, "
         "Tensor? k=None, Tensor? v=None, Tensor? page_table=None, bool causal=False, float? softmax_scale=None, "
-        "SymInt num_splits=0, bool check_index_values=False) -> (Tensor, Tensor)"
+        "SymInt num_splits=0, bool check_index_values=False, SymInt window_left=-1, SymInt window_right=-1) "
+        "-> (Tensor, Tensor)"
     )
 
 
@@ -403,6 +635,49 @@ def test_op_cpu_kernel_equals_numpy(lib, name):
     np.testing.assert_array_equal(v_cache.numpy(), arrays[2])
 
 
+# (op case, window, causal override or None): windows through the op's CPU kernel.
+OP_WINDOWS = {
+    "contig-left": ("contig", (2, -1), None),
+    "contig-append-causal-left": ("contig-append-causal", (1, 0), None),
+    "paged-append-right": ("paged-append", (-1, 1), None),
+    "paged-causal-wide": ("paged-causal", (HUGE, -1), None),
+}
+
+
+@needs_custom_op
+@pytest.mark.parametrize("name", list(OP_WINDOWS))
+def test_op_cpu_kernel_with_a_window_equals_numpy(lib, name):
+    from hopattn import torch_ops
+
+    case, window, _ = OP_WINDOWS[name]
+    q, k_cache, v_cache, seqlens, page_table, k, v, causal = torch_problem(case, seed=8)
+    arrays = [None if t is None else t.numpy().copy() for t in (q, k_cache, v_cache, seqlens, page_table, k, v)]
+    out, lse = torch_ops.fwd_kvcache(q, k_cache, v_cache, seqlens, k, v, page_table, causal, None, 0, False, *window)
+    want_out, want_lse = hopattn.attention_with_kvcache(*arrays[:4], k=arrays[5], v=arrays[6], page_table=arrays[4],
+                                                        causal=causal, return_lse=True, window_size=window)
+    np.testing.assert_array_equal(out.numpy(), want_out)
+    np.testing.assert_array_equal(lse.numpy(), want_lse)
+    np.testing.assert_array_equal(k_cache.numpy(), arrays[1])
+    # Keywords bind too, and the defaults are "no window".
+    plain = torch_ops.fwd_kvcache(q, k_cache.clone(), v_cache.clone(), seqlens, k, v, page_table, causal=causal,
+                                  window_left=-1, window_right=-1)
+    default = torch_ops.fwd_kvcache(q, k_cache.clone(), v_cache.clone(), seqlens, k, v, page_table, causal=causal)
+    assert torch.equal(plain[0], default[0]) and torch.equal(plain[1], default[1])
+    torch.library.opcheck(torch_ops.fwd_kvcache, (q, k_cache.clone(), v_cache.clone(), seqlens, k, v, page_table),
+                          {"causal": causal, "window_left": window[0], "window_right": window[1]})
+
+
+@needs_custom_op
+def test_op_cpu_kernel_bad_window_named_by_the_library(lib):
+    from hopattn import torch_ops
+
+    q, k_cache, v_cache, seqlens, page_table, k, v, causal = torch_problem("contig-append-causal", seed=9)
+    with pytest.raises(hopattn.InvalidArgumentError, match="window.left=-2 must be >= 0"):
+        torch_ops.fwd_kvcache(q, k_cache, v_cache, seqlens, k, v, page_table, causal, window_left=-2)
+    with pytest.raises(hopattn.InvalidArgumentError, match="window.right=3 with causal"):
+        torch_ops.fwd_kvcache(q, k_cache, v_cache, seqlens, k, v, page_table, True, window_left=4, window_right=3)
+
+
 @needs_custom_op
 @pytest.mark.parametrize("name", sorted(OP_CASES))
 def test_opcheck_cpu(lib, name):
@@ -414,14 +689,16 @@ def test_opcheck_cpu(lib, name):
 
 
 @needs_custom_op
+@pytest.mark.parametrize("window", [(-1, -1), (2, 0)], ids=["no-window", "window"])
 @pytest.mark.parametrize("name", ["contig-append-causal", "paged-append"])
-def test_compile_fullgraph_on_cpu_equals_eager_and_appends_alike(lib, name):
+def test_compile_fullgraph_on_cpu_equals_eager_and_appends_alike(lib, name, window):
     from torch._dynamo.testing import CompileCounterWithBackend
 
     from hopattn import torch_ops
 
     def step(q, k_cache, v_cache, seqlens, k, v, page_table):
-        out, lse = torch_ops.fwd_kvcache(q * 2, k_cache, v_cache, seqlens, k, v, page_table, True, None, 0)
+        out, lse = torch_ops.fwd_kvcache(q * 2, k_cache, v_cache, seqlens, k, v, page_table, True, None, 0, False,
+                                         *window)
         return out.sum(dim=-1), lse
 
     q, k_cache, v_cache, seqlens, page_table, k, v, _ = torch_problem(name, seed=7)
@@ -470,7 +747,8 @@ def test_dynamo_traces_attention_with_kvcache_as_one_graph():
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     def step(q, k_cache, v_cache, seqlens, k, v):
-        return hopattn.attention_with_kvcache(q, k_cache, v_cache, seqlens, k=k, v=v, causal=True) * 2
+        return hopattn.attention_with_kvcache(q, k_cache, v_cache, seqlens, k=k, v=v, causal=True,
+                                              window_size=(256, 0)) * 2
 
     with FakeTensorMode():
         q = torch.empty(2, 1, 8, 128, dtype=torch.bfloat16, device="cuda")
@@ -479,7 +757,26 @@ def test_dynamo_traces_attention_with_kvcache_as_one_graph():
         seqlens = torch.empty(2, dtype=torch.int32, device="cuda")
         explanation = torch._dynamo.explain(step)(q, cache, cache, seqlens, new, new)
     assert (explanation.graph_count, explanation.graph_break_count) == (1, 0), explanation.break_reasons
-    assert any(node.target is torch.ops.hopattn.fwd_kvcache.default for node in explanation.graphs[0].graph.nodes)
+    nodes = [node for node in explanation.graphs[0].graph.nodes if node.target is torch.ops.hopattn.fwd_kvcache.default]
+    assert len(nodes) == 1
+    # The window reaches the op as its last two arguments (window_left, window_right).
+    assert tuple(nodes[0].args[-2:]) == (256, 0), nodes[0].args
+
+
+@needs_custom_op
+def test_fake_implementation_takes_the_window():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from hopattn import torch_ops
+
+    with FakeTensorMode():
+        q = torch.empty(3, 4, 8, 64, dtype=torch.float16, device="cuda")
+        cache = torch.empty(3, 32, 2, 64, dtype=torch.float16, device="cuda")
+        seqlens = torch.empty(3, dtype=torch.int32, device="cuda")
+        out, lse = torch_ops.fwd_kvcache(q, cache, cache, seqlens, causal=True, window_left=8, window_right=0)
+        assert out.shape == q.shape and lse.shape == (3, 8, 4)
+        out, lse = hopattn.attention_with_kvcache(q, cache, cache, seqlens, window_size=(8, 2), return_lse=True)
+        assert out.shape == q.shape and lse.shape == (3, 8, 4)
 
 
 # --- the custom op on the GPU ----------------------------------------------------------------------------
@@ -490,33 +787,35 @@ def gpu_op_problem(page, seed=0):
 
 
 @needs_gpu
+@pytest.mark.parametrize("window", [(-1, -1), (50, 0)], ids=["no-window", "window"])
 @pytest.mark.parametrize("page", [0, 64])
-def test_gpu_op_route_equals_direct_bitwise(lib, page):
+def test_gpu_op_route_equals_direct_bitwise(lib, page, window):
     from hopattn import torch_ops
     from hopattn_test_support import op_route
 
     q, k_cache, v_cache, seqlens, page_table, k, v = gpu_op_problem(page, seed=1)
     caches = (k_cache.clone(), v_cache.clone())
     want = hopattn.attention_with_kvcache(q, k_cache, v_cache, seqlens, k=k, v=v, page_table=page_table, causal=True,
-                                          return_lse=True)
+                                          return_lse=True, window_size=window)
     with op_route():
         got = hopattn.attention_with_kvcache(q, *caches, seqlens, k=k, v=v, page_table=page_table, causal=True,
-                                             return_lse=True)
+                                             return_lse=True, window_size=window)
     torch.cuda.synchronize()
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
     assert torch.equal(caches[0], k_cache) and torch.equal(caches[1], v_cache)
     torch.library.opcheck(torch_ops.fwd_kvcache, (q, k_cache.clone(), v_cache.clone(), seqlens, k, v, page_table),
-                          {"causal": True})
+                          {"causal": True, "window_left": window[0], "window_right": window[1]})
 
 
 @needs_gpu
+@pytest.mark.parametrize("window", [(-1, -1), (50, 0)], ids=["no-window", "window"])
 @pytest.mark.parametrize("page", [0, 64])
-def test_gpu_compile_fullgraph_equals_eager(lib, page):
+def test_gpu_compile_fullgraph_equals_eager(lib, page, window):
     from torch._dynamo.testing import CompileCounterWithBackend
 
     def step(q, k_cache, v_cache, seqlens, k, v, page_table):
         out, lse = hopattn.attention_with_kvcache(q, k_cache, v_cache, seqlens, k=k, v=v, page_table=page_table,
-                                                  causal=True, return_lse=True)
+                                                  causal=True, return_lse=True, window_size=window)
         return out.float() * 2, lse
 
     q, k_cache, v_cache, seqlens, page_table, k, v = gpu_op_problem(page, seed=2)
@@ -532,16 +831,18 @@ def test_gpu_compile_fullgraph_equals_eager(lib, page):
 
 
 @needs_gpu
+@pytest.mark.parametrize("window", [(-1, -1), (50, 0)], ids=["no-window", "window"])
 @pytest.mark.parametrize("page", [0, 64])
-def test_gpu_cuda_graph_decode_step_equals_eager(lib, page):
+def test_gpu_cuda_graph_decode_step_equals_eager(lib, page, window):
     # A decode step with static shapes: preallocated caches, q / k / v / cache_seqlens copied into
-    # static buffers before each replay; the captured append and attention equal eager's.
+    # static buffers before each replay; the captured append and attention equal eager's (the
+    # window is a host-side argument, baked into the captured launch).
     q, k_cache, v_cache, seqlens, page_table, k, v = gpu_op_problem(page, seed=3)
     eager_caches = (k_cache.clone(), v_cache.clone())
 
     def step():
         return hopattn.attention_with_kvcache(q, k_cache, v_cache, seqlens, k=k, v=v, page_table=page_table,
-                                              causal=True, return_lse=True)
+                                              causal=True, return_lse=True, window_size=window)
 
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
@@ -562,7 +863,8 @@ def test_gpu_cuda_graph_decode_step_equals_eager(lib, page):
             v.copy_(fresh[6])
         graph.replay()
         want_out, want_lse = hopattn.attention_with_kvcache(q, *eager_caches, seqlens, k=k, v=v,
-                                                            page_table=page_table, causal=True, return_lse=True)
+                                                            page_table=page_table, causal=True, return_lse=True,
+                                                            window_size=window)
         torch.cuda.synchronize()
         assert torch.equal(static_out, want_out) and torch.equal(static_lse, want_lse)
         assert torch.equal(k_cache, eager_caches[0]) and torch.equal(v_cache, eager_caches[1])

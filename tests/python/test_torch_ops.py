@@ -74,15 +74,17 @@ def test_importing_hopattn_registers_nothing_until_torch_ops_is_imported():
 
 
 def test_schemas():
-    # The window bounds come last with "no window" defaults, so calls and graphs from before them still bind.
+    # The window bounds, then softcap, come last with "off" defaults, so calls and graphs from before
+    # them still bind.
     assert str(torch_ops.fwd._schema) == (
         "hopattn::fwd(Tensor q, Tensor k, Tensor v, bool causal=False, float? softmax_scale=None, "
-        "bool deterministic=False, SymInt window_left=-1, SymInt window_right=-1) -> (Tensor, Tensor)"
+        "bool deterministic=False, SymInt window_left=-1, SymInt window_right=-1, float softcap=0.) "
+        "-> (Tensor, Tensor)"
     )
     assert str(torch_ops.bwd._schema) == (
         "hopattn::bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, bool causal, "
-        "float? softmax_scale, bool deterministic, SymInt window_left=-1, SymInt window_right=-1) "
-        "-> (Tensor, Tensor, Tensor)"
+        "float? softmax_scale, bool deterministic, SymInt window_left=-1, SymInt window_right=-1, "
+        "float softcap=0.) -> (Tensor, Tensor, Tensor)"
     )
 
 

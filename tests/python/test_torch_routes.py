@@ -25,7 +25,15 @@ if not hasattr(torch.library, "custom_op"):
 
 import hopattn  # noqa: E402
 from hopattn import _lib, flash_attn_interface, ops, torch_ops  # noqa: E402
-from hopattn_test_support import cpu_qkv as support_cpu_qkv, gpu_kernel_pair, gpu_qkv, op_route, require_library_or_skip_module  # noqa: E402
+from hopattn_test_support import (  # noqa: E402
+    check_op_route_gradients,
+    compile_fullgraph_backward,
+    cpu_qkv as support_cpu_qkv,
+    gpu_kernel_pair,
+    gpu_qkv,
+    op_route,
+    require_library_or_skip_module,
+)
 
 HAS_SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
 needs_gpu = pytest.mark.skipif(not HAS_SM90, reason="needs an sm_90 GPU")
@@ -52,6 +60,7 @@ class Routes:
         self.backward = 0  # ops._direct_backward calls
         self.calls = []
         self.windows = []  # the window each kernel function (or the op) was handed, in call order
+        self.softcaps = []  # ...and the softcap
 
 
 @pytest.fixture
@@ -65,16 +74,19 @@ def stub_routes(monkeypatch):
         out = q + 0
         return out, out.sum(-1).transpose(1, 2)
 
-    def direct_forward(st, c_name, what, q, k, v, causal, softmax_scale, with_lse, window=ops.NO_WINDOW):
+    def direct_forward(st, c_name, what, q, k, v, causal, softmax_scale, with_lse, window=ops.NO_WINDOW,
+                       softcap=0.0):
         routes.direct += 1
         routes.calls.append((c_name, what, causal, softmax_scale, with_lse))
         routes.windows.append(window)
+        routes.softcaps.append(softcap)
         out, lse = outputs(q)
         return (out, lse) if with_lse else out
 
-    def op_fwd(q, k, v, causal, softmax_scale, deterministic, window_left=-1, window_right=-1):
+    def op_fwd(q, k, v, causal, softmax_scale, deterministic, window_left=-1, window_right=-1, softcap=0.0):
         if not torch.compiler.is_compiling():  # as torch_ops_module's count
             routes.windows.append((window_left, window_right))
+            routes.softcaps.append(softcap)
         return outputs(q)
 
     op_module = types.SimpleNamespace(fwd=op_fwd)
@@ -98,18 +110,22 @@ def cpu_reference_routes(monkeypatch, lib):
     routes = Routes()
     real_module = ops._torch_ops_module
 
-    def direct_forward(st, c_name, what, q, k, v, causal, softmax_scale, with_lse, window=ops.NO_WINDOW):
+    def direct_forward(st, c_name, what, q, k, v, causal, softmax_scale, with_lse, window=ops.NO_WINDOW,
+                       softcap=0.0):
         routes.direct += 1
         routes.calls.append((c_name, what, causal, softmax_scale, with_lse))
         routes.windows.append(window)
-        out, lse = torch_ops.fwd(q, k, v, causal, softmax_scale, False, *window)
+        routes.softcaps.append(softcap)
+        out, lse = torch_ops.fwd(q, k, v, causal, softmax_scale, False, *window, softcap)
         return (out, lse) if with_lse else out
 
-    def direct_backward(st, q, k, v, out, dout, lse, causal, softmax_scale, deterministic, window=ops.NO_WINDOW):
+    def direct_backward(st, q, k, v, out, dout, lse, causal, softmax_scale, deterministic, window=ops.NO_WINDOW,
+                        softcap=0.0):
         routes.backward += 1
         routes.calls.append(("backward", causal, softmax_scale, deterministic))
         routes.windows.append(window)
-        return torch_ops.bwd(dout, q, k, v, out, lse, causal, softmax_scale, deterministic, *window)
+        routes.softcaps.append(softcap)
+        return torch_ops.bwd(dout, q, k, v, out, lse, causal, softmax_scale, deterministic, *window, softcap)
 
     def torch_ops_module():
         if not torch.compiler.is_compiling():  # a traced count would be guarded on (recompiles)
@@ -242,6 +258,19 @@ def test_the_op_route_takes_the_window_as_two_ints(stub_routes):
         hopattn.attention(q, k, v, window_size=(5, 0))
     assert stub_routes.op == 2 and stub_routes.direct == 0
     assert stub_routes.windows == [(-1, -1), (5, 0)]
+
+
+def test_softcap_reaches_both_routes_as_a_float(stub_routes):
+    q, k, v = cpu_qkv()
+    hopattn.attention(q, k, v)
+    hopattn.attention(q, k, v, softcap=30)
+    hopattn.attention(*cpu_qkv(requires_grad=True), softcap=2.5)  # the direct autograd.Function
+    flash_attn_interface.flash_attn_func(q, k, v, softcap=7.0)
+    with op_route():
+        hopattn.attention(q, k, v, softcap=12.5)
+    assert (stub_routes.direct, stub_routes.op) == (4, 1)
+    assert stub_routes.softcaps == [0.0, 30.0, 2.5, 7.0, 12.5]
+    assert all(type(c) is float for c in stub_routes.softcaps)
 
 
 def test_compiling_takes_the_op_route(stub_routes):
@@ -392,12 +421,12 @@ def test_errors_before_the_kernel_are_the_same_on_both_routes(case, grad):
 
 
 @pytest.mark.parametrize("return_lse", [False, True], ids=["out", "out+lse"])
-@pytest.mark.parametrize("causal, scale, deterministic, window", [
-    (True, None, False, ops.NO_WINDOW), (False, 0.3, True, ops.NO_WINDOW), (False, None, False, (3, 2)),
-    (True, 0.3, True, (5, 0)),
+@pytest.mark.parametrize("causal, scale, deterministic, window, softcap", [
+    (True, None, False, ops.NO_WINDOW, 0.0), (False, 0.3, True, ops.NO_WINDOW, 0.0), (False, None, False, (3, 2), 0.0),
+    (True, 0.3, True, (5, 0), 0.0), (False, None, False, ops.NO_WINDOW, 2.0), (True, 0.3, True, (5, 0), 0.5),
 ])
 def test_direct_autograd_equals_the_op_autograd(cpu_reference_routes, return_lse, causal, scale, deterministic,
-                                                window):
+                                                window, softcap):
     routes = cpu_reference_routes
     results = {}
     for route in ("direct", "op"):
@@ -405,7 +434,7 @@ def test_direct_autograd_equals_the_op_autograd(cpu_reference_routes, return_lse
         dout = torch.randn((2, 9, 4, 64), generator=torch.Generator().manual_seed(2))
         with op_route() if route == "op" else contextlib.nullcontext():
             got = hopattn.attention(q, k, v, causal=causal, softmax_scale=scale, return_lse=return_lse,
-                                    deterministic=deterministic, window_size=window)
+                                    deterministic=deterministic, window_size=window, softcap=softcap)
         out, lse = got if return_lse else (got, None)
         assert out.requires_grad and (lse is None or not lse.requires_grad)
         if route == "direct":  # saves what hopattn::fwd's autograd saves: q, k, v, out and lse
@@ -419,6 +448,7 @@ def test_direct_autograd_equals_the_op_autograd(cpu_reference_routes, return_lse
             assert (routes.direct, routes.backward, routes.op) == (1, 1, 0)
             assert routes.calls[-1] == ("backward", causal, scale, deterministic)
             assert routes.windows == [window, window]  # the backward gets the forward's window
+            assert routes.softcaps == [softcap, softcap]  # ...and its softcap
         else:
             assert routes.op == 1
     for name, a, b in zip(("out", "lse", "dq", "dk", "dv"), results["direct"], results["op"]):
@@ -437,8 +467,6 @@ def test_direct_route_double_backward_raises(cpu_reference_routes):
 
 
 def test_compile_fullgraph_takes_the_op_route_forward_and_backward(cpu_reference_routes):
-    from torch._dynamo.testing import CompileCounterWithBackend
-
     routes = cpu_reference_routes
 
     def block(q, k, v, w):
@@ -448,22 +476,13 @@ def test_compile_fullgraph_takes_the_op_route_forward_and_backward(cpu_reference
     explanation = torch._dynamo.explain(block)(*cpu_qkv(2, 6, 6, 4, 2, 32), torch.rand(32))
     assert explanation.graph_break_count == 0 and explanation.graph_count == 1
     torch._dynamo.reset()
-    counter = CompileCounterWithBackend("aot_eager")
-    compiled = torch.compile(block, backend=counter, fullgraph=True)
     q, k, v = cpu_qkv(2, 6, 6, 4, 2, 32, requires_grad=True, seed=4)
     w = torch.rand(32, requires_grad=True)
     leaves = (q, k, v, w)
-    compiled(*leaves).sum().backward()
-    assert counter.frame_count == 1
+    compiled, counter, compiled_grads = compile_fullgraph_backward(block, leaves)  # one frame
     assert any(node.target is torch.ops.hopattn.fwd.default for node in counter.graphs[0].graph.nodes)
     assert routes.direct == 0 and routes.backward == 0
-    compiled_grads = [t.grad.clone() for t in leaves]
-    for t in leaves:
-        t.grad = None
-    with op_route():  # the same op, eager
-        block(*leaves).sum().backward()
-    for name, got, t in zip("qkvw", compiled_grads, leaves):
-        torch.testing.assert_close(got, t.grad, rtol=1e-6, atol=1e-6, msg=name)
+    check_op_route_gradients(block, leaves, compiled_grads)  # the same op, eager: the same gradients
     # Eager calls in between (direct route) cause no recompilation.
     for t in leaves:
         t.grad = None
@@ -496,33 +515,36 @@ def count_routes(monkeypatch):
 
 
 GPU_SHAPES = [
-    # (batch, seqlen_q, seqlen_k, heads_q, heads_kv, causal, softmax_scale, window_size)
-    (2, 128, 128, 4, 4, False, None, (-1, -1)),
-    (2, 77, 300, 8, 2, True, None, (-1, -1)),  # GQA, sq < sk
-    (1, 300, 77, 6, 1, True, 0.2, (-1, -1)),  # MQA, sq > sk (rows with no key)
-    (2, 200, 333, 4, 2, False, None, (70, 30)),  # sliding window
-    (1, 300, 120, 4, 1, True, None, (50, 0)),  # causal window, rows with no key
+    # (batch, seqlen_q, seqlen_k, heads_q, heads_kv, causal, softmax_scale, window_size, softcap)
+    (2, 128, 128, 4, 4, False, None, (-1, -1), 0.0),
+    (2, 77, 300, 8, 2, True, None, (-1, -1), 0.0),  # GQA, sq < sk
+    (1, 300, 77, 6, 1, True, 0.2, (-1, -1), 0.0),  # MQA, sq > sk (rows with no key)
+    (2, 200, 333, 4, 2, False, None, (70, 30), 0.0),  # sliding window
+    (1, 300, 120, 4, 1, True, None, (50, 0), 0.0),  # causal window, rows with no key
+    (2, 77, 300, 8, 2, True, None, (-1, -1), 5.0),  # softcap, GQA, causal
+    (1, 200, 333, 4, 2, False, 0.2, (70, 30), 1.5),  # softcap with a window
 ]
 
 
 @needs_gpu
 @pytest.mark.parametrize("shape", GPU_SHAPES, ids=["mha", "gqa-causal", "mqa-causal-scale", "window",
-                                                   "causal-window"])
+                                                   "causal-window", "softcap-gqa-causal", "softcap-window"])
 def test_gpu_routes_give_the_same_bits(count_routes, shape):
     dtype, head_dim = gpu_kernel_pair()
-    batch, sq, sk, hq, hkv, causal, scale, window = shape
+    batch, sq, sk, hq, hkv, causal, scale, window, softcap = shape
     q, k, v, dout = gpu_qkv(batch, sq, sk, hq, hkv, head_dim, dtype, seed=sq)
     results = {}
     for route in ("direct", "op"):
         context = op_route() if route == "op" else contextlib.nullcontext()
         with context:
-            plain = hopattn.attention(q, k, v, causal=causal, softmax_scale=scale, window_size=window)
+            plain = hopattn.attention(q, k, v, causal=causal, softmax_scale=scale, window_size=window,
+                                      softcap=softcap)
             out_lse = hopattn.attention(q, k, v, causal=causal, softmax_scale=scale, return_lse=True,
-                                        window_size=window)
+                                        window_size=window, softcap=softcap)
         leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
         with context:
             out, lse = hopattn.attention(*leaves, causal=causal, softmax_scale=scale, return_lse=True,
-                                         deterministic=True, window_size=window)
+                                         deterministic=True, window_size=window, softcap=softcap)
             out.backward(dout)
         results[route] = (plain, *out_lse, out.detach(), lse, *(t.grad for t in leaves))
         if route == "direct":

@@ -8,11 +8,20 @@
 #    without repeat_kv, which masks run the kernel and which fall back to SDPA (counted, warned once),
 #    the unsupported arguments; and a tiny random Llama end to end against "sdpa" (logits, padding,
 #    chunked prefill, greedy generate with dynamic and static caches).
+#  - Sliding windows and softcap, on the CPU (the same stand-ins, which implement window_size and
+#    softcap): the window convention against transformers' own masks and flash-attention kwargs
+#    (sliding_window=w is window_size=(w - 1, 0)), sliding_window without a mask, transformers'
+#    sliding-window masks on the dense kernel (prefill, chunk, decode, static cache tail) and with
+#    padding on the varlen kernel (the window read from the mask), what still falls back (padding
+#    inside a window), softcap reaching both kernels and the softcap-aware fallback against Gemma 2's
+#    eager attention; and a tiny random Gemma 2 (softcap, a sliding and a full layer) and Mistral
+#    (sliding window) end to end against "eager" (logits with and without padding, chunked prefill,
+#    greedy generate, a training step), nothing falling back.
 #  - Padding masks, on the CPU (hopattn.varlen_attention monkeypatched with a recording plain-torch
 #    implementation of its contract, and the integration's CUDA check with "yes"): the unpad/repad
 #    indices against a loop, the reading of transformers' own masks (left, right, middle padding,
 #    empty rows; prefill, chunk, decode; causal and bidirectional; a static cache's tail) and of what
-#    is not padding (sliding windows, packed sequences, holes, per-head masks), the varlen call
+#    is not padding (packed sequences, holes, per-head masks), the varlen call
 #    against sdpa, with a gradient (the varlen route too: gradients against sdpa's), the fallbacks
 #    (CPU tensors, other masks), and the tiny Llama with padding end to end (logits at kept
 #    positions, left-padded greedy generate, a training step's loss and gradients).
@@ -21,7 +30,9 @@
 #    generate() of 32 tokens with the KV cache, without padding and left-padded (dynamic and static
 #    cache), a backward pass, and a training step on a left-padded batch (the varlen forward and
 #    backward: loss and parameter gradients); attention_forward with padding masks against sdpa's
-#    math.
+#    math; and tiny random Gemma 2 and Mistral models (window 8, 32 tokens) with "hopattn" against
+#    "eager": logits without and with padding, the sliding layers on hopattn's kernels with
+#    window_size=(7, 0) and no fallback, 16 greedy tokens (also left-padded), a training step.
 # Skips (through pytest.importorskip) without torch or transformers: the GPU machine may not have
 # transformers installed.
 import copy
@@ -71,22 +82,34 @@ def fresh_stats(hf):
     hf.integ._mask_cache.clear()
 
 
-def reference_attention(q, k, v, causal=False, softmax_scale=None):
+def reference_attention(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0):
     """hopattn.attention's contract in plain torch (float32 math): (batch, seq, heads, head_dim), heads_q
-    a multiple of heads_kv, bottom-right aligned causal mask, a row that sees no key gives 0."""
+    a multiple of heads_kv, bottom-right aligned causal mask and sliding window (query i sees key j
+    iff i + d - left <= j <= i + d + right, d = sk - sq, -1 unbounded), softcap > 0 capping the
+    scaled scores to softcap * tanh(score / softcap), a row that sees no key gives 0."""
     import torch
 
     b, sq, hq, d = q.shape
     sk, hk = k.shape[1], k.shape[2]
     assert hq % hk == 0 and v.shape[:3] == k.shape[:3] and v.shape[-1] == d
+    left, right = window_size
+    assert not (causal and right > 0) and softcap >= 0
     scale = d**-0.5 if softmax_scale is None else softmax_scale
     kk = k.float().repeat_interleave(hq // hk, dim=2)
     vv = v.float().repeat_interleave(hq // hk, dim=2)
     s = torch.einsum("bqhd,bkhd->bhqk", q.float(), kk) * scale
+    if softcap > 0:
+        s = softcap * torch.tanh(s / softcap)
+    i = torch.arange(sq, device=q.device)[:, None] + (sk - sq)
+    j = torch.arange(sk, device=q.device)[None, :]
+    visible = torch.ones(sq, sk, dtype=torch.bool, device=q.device)
     if causal:
-        i = torch.arange(sq, device=q.device)[:, None]
-        j = torch.arange(sk, device=q.device)[None, :]
-        s = s.masked_fill(~(j <= i + (sk - sq)), float("-inf"))
+        visible &= j <= i
+    if left >= 0:
+        visible &= j >= i - left
+    if right >= 0:
+        visible &= j <= i + right
+    s = s.masked_fill(~visible, float("-inf"))
     p = torch.softmax(s, dim=-1).nan_to_num(0.0)
     return torch.einsum("bhqk,bkhd->bqhd", p, vv).to(q.dtype).contiguous()
 
@@ -97,11 +120,13 @@ class RecordingKernel:
     def __init__(self):
         self.calls = []
 
-    def __call__(self, q, k, v, causal=False, softmax_scale=None, return_lse=False, deterministic=False):
+    def __call__(self, q, k, v, causal=False, softmax_scale=None, return_lse=False, deterministic=False,
+                 window_size=(-1, -1), softcap=0.0):
         assert not return_lse
         self.calls.append(types.SimpleNamespace(q=q, k=k, v=v, causal=causal, softmax_scale=softmax_scale,
-                                                deterministic=deterministic))
-        return reference_attention(q, k, v, causal, softmax_scale)
+                                                deterministic=deterministic, window_size=tuple(window_size),
+                                                softcap=softcap))
+        return reference_attention(q, k, v, causal, softmax_scale, window_size, softcap)
 
 
 @pytest.fixture
@@ -393,6 +418,35 @@ def test_compiles_without_graph_break(hf, fresh_stats):
     assert hf.integ.stats() == {}
 
 
+def test_compiles_with_window_and_softcap_without_graph_break(hf, fresh_stats):
+    # As above, with Gemma 2's arguments and no mask (a sliding layer's prefill when transformers
+    # builds none): one graph, whose hopattn::fwd node carries window (7, 0) and the softcap.
+    torch = hf.torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    module = make_module(torch)
+
+    def block(query, key, value):
+        return hf.integ.attention_forward(module, query, key, value, None, scaling=0.125, sliding_window=8,
+                                          softcap=30.0)[0] * 2
+
+    with FakeTensorMode():
+        query = torch.empty(2, 16, 4, 64, dtype=torch.bfloat16, device="cuda").transpose(1, 2)
+        key = torch.empty(2, 16, 2, 64, dtype=torch.bfloat16, device="cuda").transpose(1, 2)
+        value = torch.empty(2, 16, 2, 64, dtype=torch.bfloat16, device="cuda").transpose(1, 2)
+        torch._dynamo.reset()
+        explanation = torch._dynamo.explain(block)(query, key, value)
+    torch._dynamo.reset()
+    assert (explanation.graph_count, explanation.graph_break_count) == (1, 0), explanation.break_reasons
+    (node,) = [n for n in explanation.graphs[0].graph.nodes if n.target is torch.ops.hopattn.fwd.default]
+    arguments = {a.name: a.default_value for a in node.target._schema.arguments}
+    arguments.update(zip([a.name for a in node.target._schema.arguments], node.args))
+    arguments.update(node.kwargs)
+    assert arguments["causal"] is True and arguments["softmax_scale"] == 0.125, arguments
+    assert (arguments["window_left"], arguments["window_right"], arguments["softcap"]) == (7, 0, 30.0), arguments
+    assert hf.integ.stats() == {}
+
+
 def test_position_bias_falls_back(hf, kernel):
     torch = hf.torch
     module = make_module(torch, is_causal=False)
@@ -410,13 +464,17 @@ def test_unsupported_arguments_raise_naming_them(hf, kernel):
     query, key, value = make_qkv(torch)
     with pytest.raises(NotImplementedError, match="dropout"):
         hf.integ.attention_forward(module, query, key, value, None, dropout=0.1)
-    with pytest.raises(NotImplementedError, match="softcap"):
-        hf.integ.attention_forward(module, query, key, value, None, softcap=30.0)
     with pytest.raises(NotImplementedError, match="s_aux"):
         hf.integ.attention_forward(module, query, key, value, None, s_aux=torch.zeros(4))
+    for bad in (-1.0, float("nan"), float("inf"), True, "30"):  # hopattn's softcap check, before any work
+        with pytest.raises(ValueError, match="softcap"):
+            hf.integ.attention_forward(module, query, key, value, None, softcap=bad)
     assert kernel.calls == []
     hf.integ.attention_forward(module, query, key, value, None, dropout=0.0, softcap=None, sliding_window=None)
-    assert len(kernel.calls) == 1
+    hf.integ.attention_forward(module, query, key, value, None, softcap=0.0)  # 0: off, as in FlashAttention
+    assert len(kernel.calls) == 2
+    for call in kernel.calls:
+        assert call.softcap == 0.0 and call.window_size == (-1, -1)  # neither passed: the plain call
 
 
 def test_smaller_value_head_dim_is_padded_and_cropped(hf, kernel):
@@ -445,9 +503,10 @@ def test_deterministic_follows_torch(hf, kernel):
 
 
 def reference_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=False,
-                     softmax_scale=None):
+                     softmax_scale=None, window_size=(-1, -1), softcap=0.0):
     """hopattn.varlen_attention's contract in plain torch: packed (total, heads, head_dim), each
-    sequence through reference_attention (bottom-right causal; a row without keys gives 0)."""
+    sequence through reference_attention (bottom-right causal and window per sequence; a row without
+    keys gives 0)."""
     import torch
 
     out = torch.zeros_like(q)
@@ -460,7 +519,8 @@ def reference_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
         if sk == 0:
             continue  # no keys: 0
         out[cu_q[b]:cu_q[b + 1]] = reference_attention(q[None, cu_q[b]:cu_q[b + 1]], k[None, cu_k[b]:cu_k[b + 1]],
-                                                       v[None, cu_k[b]:cu_k[b + 1]], causal, softmax_scale)[0]
+                                                       v[None, cu_k[b]:cu_k[b + 1]], causal, softmax_scale,
+                                                       window_size, softcap)[0]
     return out
 
 
@@ -474,7 +534,7 @@ class RecordingVarlen:
 
     def __call__(self, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=False,
                  softmax_scale=None, seqused_q=None, seqused_k=None, return_lse=False, check_index_values=False,
-                 deterministic=False):
+                 deterministic=False, window_size=(-1, -1), softcap=0.0):
         import torch
 
         assert not return_lse and seqused_q is None and seqused_k is None
@@ -488,9 +548,10 @@ class RecordingVarlen:
         self.calls.append(types.SimpleNamespace(q=q, k=k, v=v, cu_seqlens_q=cu_seqlens_q.tolist(),
                                                 cu_seqlens_k=cu_seqlens_k.tolist(), max_seqlen_q=max_seqlen_q,
                                                 max_seqlen_k=max_seqlen_k, causal=causal,
-                                                softmax_scale=softmax_scale, deterministic=deterministic))
+                                                softmax_scale=softmax_scale, deterministic=deterministic,
+                                                window_size=tuple(window_size), softcap=softcap))
         return reference_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal,
-                                softmax_scale)
+                                softmax_scale, window_size, softcap)
 
 
 @pytest.fixture
@@ -498,6 +559,7 @@ def varlen(hf, kernel, monkeypatch):
     """The varlen route on the CPU: hopattn.varlen_attention replaced by RecordingVarlen and the
     integration's CUDA check by "yes" (the dense kernel is the recording one as well)."""
     fake = RecordingVarlen()
+    fake.kernel = kernel  # the dense route's recording kernel
     monkeypatch.setattr(hopattn, "varlen_attention", fake)
     monkeypatch.setattr(hf.integ, "_varlen_device_ok", lambda *tensors: True)
     return fake
@@ -593,7 +655,8 @@ def test_padding_layout_of_transformers_masks(hf, side, q_len, causal):
     mask = sdpa_style_mask(hf, padding, q_len, 9, causal)
     layout = integ._padding_layout(torch, mask)
     assert layout is not None
-    got_causal, queries, keys = layout
+    got_causal, queries, keys, left = layout
+    assert left is None  # no sliding window
     if q_len == 1 or not causal:
         # Every query of a row sees the same keys: one non-causal sequence per row, all queries kept.
         assert got_causal is False
@@ -615,8 +678,8 @@ def test_padding_layout_with_a_static_cache_tail(hf, q_len):
     used = sdpa_style_mask(hf, padding, q_len, 9)
     mask = torch.zeros(3, 1, q_len, 14, dtype=torch.bool)
     mask[..., :9] = used
-    got_causal, queries, keys = integ._padding_layout(torch, mask)
-    assert got_causal is (q_len > 1)
+    got_causal, queries, keys, left = integ._padding_layout(torch, mask)
+    assert got_causal is (q_len > 1) and left is None
     want_queries, want_keys = expected_layout(torch, padding, q_len, True)
     assert torch.equal(keys[:, :9], want_keys) and not keys[:, 9:].any()
     if q_len > 1:
@@ -626,8 +689,18 @@ def test_padding_layout_with_a_static_cache_tail(hf, q_len):
 def test_padding_layout_rejects_what_is_not_padding(hf):
     torch, integ = hf.torch, hf.integ
     padding = torch.tensor(PADDINGS["left"])
-    # A sliding window (with padding), as Mistral's or Gemma's local layers build it.
-    assert integ._padding_layout(torch, sdpa_style_mask(hf, padding, 9, 9, window=3)) is None
+    # A sliding window with padding inside a window ("middle": row 0 has a hole at positions 2, 3,
+    # row 2 at 4): the mask's window counts positions, varlen's would count kept tokens.
+    middle = torch.tensor(PADDINGS["middle"])
+    assert integ._padding_layout(torch, sdpa_style_mask(hf, middle, 9, 9, window=3)) is None
+    # A window that is not the same for every query (query 7 sees one key less than query 8 does).
+    narrowed = sdpa_style_mask(hf, padding, 9, 9, window=4).clone()
+    narrowed[:, :, 7, 4] = False
+    assert integ._padding_layout(torch, narrowed) is None
+    # A window that leaves a gap before the query's own key.
+    gapped = sdpa_style_mask(hf, padding, 9, 9, window=4).clone()
+    gapped[1, 0, 6, 5] = False
+    assert integ._padding_layout(torch, gapped) is None
     # Packed sequences (a block-diagonal causal mask): tokens of the first document are no padding.
     docs = causal_bool_mask(torch, 1, 8, 8).clone()
     docs[:, :, 4:, :4] = False
@@ -768,15 +841,21 @@ def test_padding_mask_deterministic_follows_torch(hf, varlen):
 
 def test_unsupported_masks_fall_back(hf, varlen):
     torch, integ = hf.torch, hf.integ
-    padding = torch.tensor(PADDINGS["left"])
     module = make_module(torch)
     query, key, value = make_qkv(torch, batch=3, seqlen_q=9, seqlen_k=9)
-    mask = sdpa_style_mask(hf, padding, 9, 9, window=3)
-    with pytest.warns(integ.FallbackWarning, match="sliding window"):
-        out, _ = integ.attention_forward(module, query, key, value, mask)
-    assert varlen.calls == []
-    assert integ.stats() == {"sdpa_fallback": 1, "sdpa_fallback:unsupported_mask": 1}
-    assert torch.equal(out, hf.sdpa(module, query, key, value, mask)[0])
+    # Packed sequences (a block-diagonal causal mask), and a sliding window with padding inside it.
+    docs = causal_bool_mask(torch, 3, 9, 9).clone()
+    docs[:, :, 4:, :4] = False
+    holed_window = sdpa_style_mask(hf, torch.tensor(PADDINGS["middle"]), 9, 9, window=3)
+    for n, mask in enumerate((docs, holed_window), 1):
+        if n == 1:
+            with pytest.warns(integ.FallbackWarning, match="packed sequences"):
+                out, _ = integ.attention_forward(module, query, key, value, mask)
+        else:
+            out, _ = integ.attention_forward(module, query, key, value, mask)  # warned once per reason
+        assert varlen.calls == []
+        assert integ.stats() == {"sdpa_fallback": n, "sdpa_fallback:unsupported_mask": n}
+        assert torch.equal(out, hf.sdpa(module, query, key, value, mask)[0])
 
 
 def test_padding_plan_is_made_once_per_mask_object(hf, varlen, monkeypatch):
@@ -790,7 +869,7 @@ def test_padding_plan_is_made_once_per_mask_object(hf, varlen, monkeypatch):
     for _ in range(3):
         integ.attention_forward(module, query, key, value, mask)
     assert len(seen) == 1 and len(varlen.calls) == 3
-    mask[0, 0, 8, 0] = False  # changed in place: read again (a padding row now seeing fewer keys)
+    mask[0, 0, 3, 1] = False  # changed in place: read again (a kept query now missing a key it should see)
     with pytest.warns(integ.FallbackWarning):
         integ.attention_forward(module, query, key, value, mask)
     assert len(seen) == 2 and len(varlen.calls) == 3
@@ -805,6 +884,228 @@ def test_padding_mask_with_smaller_value_head_dim(hf, varlen):
     assert varlen.calls[0].v.shape[-1] == 16 and out.shape == (3, 9, 4, 8)
     queries = torch.tensor(PADDINGS["left"]).bool()
     close(torch, out[queries], hf.sdpa(module, query, key, value, mask)[0][queries])
+
+
+# --- sliding windows and softcap --------------------------------------------------------------------------
+
+
+def test_sliding_window_convention_is_transformers_own(hf, kernel):
+    # What transformers means by sliding_window=w, from its own code: the masks it builds for
+    # eager/sdpa (sliding_window_causal_mask_function(w): kv_idx > q_idx - w, and causal) are
+    # hopattn's causal window_size=(w - 1, 0), bottom-right aligned, for a prefill, a chunk after a
+    # cache and a decode step; and its flash-attention integration hands FlashAttention
+    # window_size=(w - 1, w - 1) with causal=True, whose right bound FlashAttention reads as 0
+    # (hopattn's flash_attn_interface does the same): (w - 1, 0) again.
+    import numpy as np
+    from hopattn_test_support import visible_keys
+
+    torch = hf.torch
+    masking_utils = pytest.importorskip("transformers.masking_utils")
+    for w in (1, 2, 3, 8):
+        for q_len, kv_len in ((12, 12), (4, 12), (1, 12), (3, 5)):
+            mask = masking_utils.sdpa_mask(batch_size=1, q_length=q_len, kv_length=kv_len, q_offset=kv_len - q_len,
+                                           mask_function=masking_utils.sliding_window_causal_mask_function(w),
+                                           allow_is_causal_skip=False)
+            want = visible_keys(q_len, kv_len, causal=True, window_size=(w - 1, 0))
+            assert np.array_equal(mask[0, 0].numpy(), want), (w, q_len, kv_len)
+            for off_by_one in (w - 2, w):  # either neighbour is a different mask while the window hides keys
+                if off_by_one >= 0 and w < kv_len:
+                    other = visible_keys(q_len, kv_len, causal=True, window_size=(off_by_one, 0))
+                    assert not np.array_equal(mask[0, 0].numpy(), other), (w, off_by_one, q_len, kv_len)
+    fa_utils = pytest.importorskip("transformers.modeling_flash_attention_utils")
+    process = getattr(fa_utils, "_process_flash_attention_kwargs", None)
+    if process is None:
+        pytest.skip("this transformers has no _process_flash_attention_kwargs")
+
+    class Supports(dict):
+        def __missing__(self, key):
+            return True
+
+    flash_kwargs = process(query_length=12, key_length=12, is_causal=True, sliding_window=8,
+                           supports_mapping=Supports())
+    assert flash_kwargs["causal"] is True and tuple(flash_kwargs["window_size"]) == (7, 7)
+    from hopattn import flash_attn_interface
+
+    assert flash_attn_interface._window(flash_kwargs["window_size"], True) == (7, 0)
+    # The integration passes the same window, given no mask (as flash attention is) or the mask.
+    module = make_module(torch)
+    query, key, value = make_qkv(torch, seqlen_q=12, seqlen_k=12)
+    hf.integ.attention_forward(module, query, key, value, None, sliding_window=8)
+    mask = sdpa_style_mask(hf, torch.ones(2, 12, dtype=torch.long), 12, 12, window=8)
+    hf.integ.attention_forward(module, query, key, value, mask, sliding_window=8)
+    assert [(c.causal, c.window_size) for c in kernel.calls] == [(True, (7, 0))] * 2
+
+
+def gemma2_eager(hf):
+    """Gemma 2's eager attention (scores * scaling, capped, plus the additive mask, softmax in float32)."""
+    modeling = pytest.importorskip("transformers.models.gemma2.modeling_gemma2")
+    return modeling.eager_attention_forward
+
+
+def additive(torch, visible):
+    """A boolean mask as eager's additive one."""
+    return torch.zeros(visible.shape).masked_fill(~visible, torch.finfo(torch.float32).min)
+
+
+def test_softcap_reaches_the_kernel_and_matches_gemma2_eager(hf, kernel):
+    torch, integ = hf.torch, hf.integ
+    module = make_module(torch)
+    query, key, value = make_qkv(torch, seqlen_q=7, seqlen_k=7)
+    mask = causal_bool_mask(torch, 2, 7, 7)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out, _ = integ.attention_forward(module, query, key, value, None, scaling=0.5, softcap=2.0)
+        out_masked, _ = integ.attention_forward(module, query, key, value, mask, scaling=0.5, softcap=2)
+    for call in kernel.calls:
+        assert call.causal is True and call.softcap == 2.0 and type(call.softcap) is float
+        assert call.window_size == (-1, -1)
+    assert integ.stats() == {"kernel": 2}
+    want, _ = gemma2_eager(hf)(module, query, key, value, additive(torch, mask), scaling=0.5, softcap=2.0)
+    close(torch, out, want)
+    close(torch, out_masked, want)
+    uncapped, _ = gemma2_eager(hf)(module, query, key, value, additive(torch, mask), scaling=0.5)
+    assert (uncapped - want).abs().max() > 1e-2  # the cap matters at these scores
+
+
+@pytest.mark.parametrize("q_len, kv_len, window, causal, want_window", [
+    (10, 10, 4, True, (3, 0)),    # a prefill longer than the window
+    (1, 10, 4, True, (3, 0)),     # a decode query: the last 4 keys
+    (10, 10, 10, True, None),     # the window hides nothing (transformers then builds no mask)
+    (10, 10, 9, True, (8, 0)),
+    (10, 10, 4, False, None),     # a bidirectional layer: the mask (here none) decides, as for sdpa
+])
+def test_sliding_window_without_a_mask(hf, kernel, q_len, kv_len, window, causal, want_window):
+    # transformers builds no mask when the window hides nothing; where a caller passes
+    # sliding_window without a mask anyway, the integration does what flash attention does with it.
+    torch, integ = hf.torch, hf.integ
+    module = make_module(torch, is_causal=causal)
+    query, key, value = make_qkv(torch, seqlen_q=q_len, seqlen_k=kv_len)
+    out, _ = integ.attention_forward(module, query, key, value, None, sliding_window=window)
+    (call,) = kernel.calls
+    assert call.window_size == (want_window or (-1, -1)) and call.causal is (causal and q_len > 1)
+    if causal:
+        want_mask = sdpa_style_mask(hf, torch.ones(2, kv_len, dtype=torch.long), q_len, kv_len, window=window)
+        close(torch, out, hf.sdpa(module, query, key, value, want_mask)[0])
+    else:
+        close(torch, out, hf.sdpa(module, query, key, value, None)[0])
+
+
+@pytest.mark.parametrize("q_len, kv_len, window", [
+    (9, 9, 3), (9, 9, 1), (9, 9, 8), (4, 9, 3), (1, 9, 3), (1, 9, 1),  # windows that hide keys
+    (9, 9, 9), (9, 9, 20), (4, 9, 9), (1, 9, 9),  # windows that hide nothing
+])
+def test_sliding_window_masks_run_the_kernel_with_the_window(hf, kernel, q_len, kv_len, window):
+    # transformers' own sliding-window masks without padding (prefill, a chunk after a cache, a decode
+    # step), boolean and additive, and with a static cache's unused tail: the dense kernel with
+    # window_size=(window - 1, 0) read from the mask, no fallback, sdpa's result.
+    torch, integ = hf.torch, hf.integ
+    module = make_module(torch)
+    query, key, value = make_qkv(torch, seqlen_q=q_len, seqlen_k=kv_len + 5)
+    used = sdpa_style_mask(hf, torch.ones(2, kv_len, dtype=torch.long), q_len, kv_len, window=window)
+    tail = torch.zeros(2, 1, q_len, kv_len + 5, dtype=torch.bool)
+    tail[..., :kv_len] = used
+    want_window = (window - 1, 0) if window < kv_len else (-1, -1)
+    for mask, keys in ((used, kv_len), (additive(torch, used), kv_len), (tail, kv_len + 5)):
+        k, v = key[:, :, :keys], value[:, :, :keys]
+        integ.reset_stats()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no fallback
+            out, _ = integ.attention_forward(module, query, k, v, mask)
+        assert integ.stats() == {"kernel": 1}
+        call = kernel.calls[-1]
+        assert call.window_size == want_window and call.causal is (q_len > 1) and call.k.shape[1] == kv_len
+        close(torch, out, hf.sdpa(module, query, k, v, mask)[0])
+
+
+@pytest.mark.parametrize("side", ["left", "right", "empty_row"])
+@pytest.mark.parametrize("q_len", [9, 4, 1])
+def test_sliding_window_padding_masks_run_the_varlen_kernel(hf, varlen, kernel, side, q_len):
+    # transformers' sliding-window masks with left or right padding: the varlen kernel with the window
+    # over each row's kept tokens (which are contiguous), softcap passed along; every kept query as
+    # sdpa / Gemma 2's eager attention computes it.
+    torch, integ = hf.torch, hf.integ
+    padding = torch.tensor(PADDINGS[side])
+    module = make_module(torch)
+    query, key, value = make_qkv(torch, batch=3, seqlen_q=q_len, seqlen_k=9)
+    mask = sdpa_style_mask(hf, padding, q_len, 9, window=3)
+    queries = padding.bool()[:, 9 - q_len:]
+    for softcap in (None, 1.5):
+        integ.reset_stats()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no fallback
+            out, _ = integ.attention_forward(module, query, key, value, mask, scaling=0.4, softcap=softcap)
+        if softcap is None:
+            want, _ = hf.sdpa(module, query, key, value, mask, scaling=0.4)
+        else:
+            want, _ = gemma2_eager(hf)(module, query, key, value, additive(torch, mask), scaling=0.4, softcap=softcap)
+        close(torch, out[queries], want[queries])
+        assert not out[~queries].any()
+        if q_len == 1 and integ.stats() == {"kernel": 1}:
+            # Left padding: every row's one query sees the same three keys, a plain sliding-window mask
+            # for the dense kernel.
+            assert side == "left"
+            call = kernel.calls[-1]
+            assert call.causal is False and call.window_size == (2, 0) and call.softcap == (softcap or 0.0)
+            continue
+        assert integ.stats() == {"varlen": 1}
+        call = varlen.calls[-1]
+        assert call.softcap == (softcap or 0.0)
+        if q_len == 1:  # one query per row: "full", each row's query and the keys it sees
+            assert call.causal is False and call.window_size == (-1, -1)
+            assert call.cu_seqlens_k == [0] + mask[:, 0, 0].sum(1).cumsum(0).tolist()
+        else:
+            assert call.causal is True and call.window_size == (2, 0)
+            assert call.cu_seqlens_q == [0] + queries.sum(1).cumsum(0).tolist()
+            # The kept keys: those some query of the row sees (a window's out-of-reach cache is dropped).
+            assert call.cu_seqlens_k == [0] + mask[:, 0].any(1).sum(1).cumsum(0).tolist()
+
+
+def test_padding_layout_of_sliding_window_masks(hf):
+    # The window is read from the mask in kept tokens; None when it hides nothing.
+    torch, integ = hf.torch, hf.integ
+    padding = torch.tensor(PADDINGS["left"])  # rows keep 7, 9 and 3 tokens
+    for window, want in ((1, 0), (3, 2), (8, 7), (9, None), (20, None)):
+        mask = sdpa_style_mask(hf, padding, 9, 9, window=window)
+        got_causal, queries, keys, left = integ._padding_layout(torch, mask)
+        assert got_causal is True and left == want, (window, left)
+        assert torch.equal(queries, padding.bool()) and torch.equal(keys, padding.bool())
+    # A chunk of 4 after 5 cached positions with window 3: keys 0..2 are out of every window, not kept.
+    got_causal, queries, keys, left = integ._padding_layout(torch, sdpa_style_mask(hf, padding, 4, 9, window=3))
+    assert got_causal is True and left == 2
+    assert torch.equal(keys, padding.bool() & (torch.arange(9) >= 3))
+
+
+def test_softcap_fallbacks_compute_the_softcapped_attention(hf, kernel):
+    # torch SDPA has no softcap (transformers' sdpa integration refuses it): a fallback with softcap
+    # computes Gemma 2's eager attention in plain torch instead, with the mask.
+    torch, integ = hf.torch, hf.integ
+    module = make_module(torch)
+    eager = gemma2_eager(hf)
+    query, key, value = make_qkv(torch, batch=3, seqlen_q=9, seqlen_k=9)
+    padding = torch.tensor(PADDINGS["middle"])
+    # A padding mask on CPU tensors (no varlen there), and padding inside a sliding window.
+    for n, mask in enumerate((sdpa_style_mask(hf, padding, 9, 9), sdpa_style_mask(hf, padding, 9, 9, window=3)), 1):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            out, _ = integ.attention_forward(module, query, key, value, mask, scaling=0.5, softcap=2.0)
+        assert [str(w.message) for w in caught if issubclass(w.category, integ.FallbackWarning)][0].count("softcap")
+        want, _ = eager(module, query, key, value, additive(torch, mask), scaling=0.5, softcap=2.0)
+        queries = padding.bool()
+        close(torch, out[queries], want[queries])
+        assert out.shape == (3, 9, 4, 16) and out.is_contiguous()
+    assert kernel.calls == []
+    assert integ.stats()["sdpa_fallback"] == 2
+    # No mask, fewer keys than queries: sdpa's top-left causal mask, with the cap.
+    query, key, value = make_qkv(torch, seqlen_q=6, seqlen_k=4)
+    with pytest.warns(integ.FallbackWarning, match="fewer keys"):
+        out, _ = integ.attention_forward(module, query, key, value, None, softcap=3.0)
+    top_left = torch.ones(6, 4, dtype=torch.bool).tril().expand(2, 1, 6, 4)
+    close(torch, out, eager(module, query, key, value, additive(torch, top_left), scaling=0.25, softcap=3.0)[0])
+    # The fallback is differentiable (training with a mask it cannot take).
+    q, k, v = (t.detach().clone().requires_grad_(True) for t in make_qkv(torch, batch=3, seqlen_q=9, seqlen_k=9))
+    mask = sdpa_style_mask(hf, padding, 9, 9)
+    integ.attention_forward(module, q, k, v, mask, softcap=2.0)[0].sum().backward()
+    assert q.grad is not None and torch.isfinite(q.grad).all()
 
 
 # --- a tiny Llama: shared by the CPU end-to-end test and the GPU tests ------------------------------
@@ -992,6 +1293,222 @@ def test_tiny_llama_cpu_varlen_training_step(hf, varlen, side):
         torch.testing.assert_close(grads_h[name], want, atol=1e-5, rtol=1e-4, msg=lambda m: f"{name}: {m}")
 
 
+# --- tiny Gemma 2 and Mistral: sliding windows and softcap, against "eager" -----------------------------
+
+WINDOW = 8  # the models' sliding_window; their sequences are 32 tokens, so the windows hide keys
+SOFTCAP = 2.0  # Gemma 2's attn_logit_softcapping, small enough to change these models' scores
+
+
+def tiny_window_pair(hf, family, device, dtype, head_dim=64, vocab=1000, seed=0, reference="eager"):
+    """The same random weights as attn_implementation "hopattn" and `reference` (no downloads), for
+    family "gemma2" (2 layers: a sliding-window one, then a full-attention one; attention softcap
+    SOFTCAP, Gemma 2's final logit softcap; query and key projections scaled up so that the softcap
+    matters) or "mistral" (2 layers, every one with the sliding window). Returns (hopattn model,
+    reference model, the indices of the sliding layers)."""
+    torch, transformers = hf.torch, hf.transformers
+    hf.integ.register()
+    hidden = 4 * head_dim
+    common = dict(hidden_size=hidden, intermediate_size=2 * hidden, num_attention_heads=4, num_key_value_heads=2,
+                  head_dim=head_dim, vocab_size=vocab, max_position_embeddings=512, sliding_window=WINDOW,
+                  attention_dropout=0.0)
+    if family == "gemma2":
+        cfg = transformers.Gemma2Config(num_hidden_layers=2, query_pre_attn_scalar=head_dim,
+                                        attn_logit_softcapping=SOFTCAP, **common)
+        sliding = [i for i, t in enumerate(cfg.layer_types) if t == "sliding_attention"]
+        assert sliding == [0]
+    else:
+        cfg = transformers.MistralConfig(num_hidden_layers=2, **common)
+        sliding = [0, 1]
+    torch.manual_seed(seed)
+    models = {}
+    for name in ("hopattn", reference):
+        models[name] = transformers.AutoModelForCausalLM.from_config(copy.deepcopy(cfg), attn_implementation=name)
+    if family == "gemma2":
+        # Query and key projections as if initialised at std 0.8 / sqrt(hidden) rather than 0.02:
+        # attention scores large enough for the softcap to change the logits by several percent,
+        # the rest (and so the logits' size, and their bf16 rounding) as initialised.
+        with torch.no_grad():
+            for layer in models["hopattn"].model.layers:
+                for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj):
+                    proj.weight.mul_(0.8 / hidden**0.5 / cfg.initializer_range)
+    models[reference].load_state_dict(models["hopattn"].state_dict())
+    for model in models.values():
+        model.to(device=device, dtype=dtype).eval()
+    assert models["hopattn"].config._attn_implementation == "hopattn"
+    return models["hopattn"], models[reference], sliding
+
+
+def check_window_calls(calls, layers, sliding, family, want_window=(WINDOW - 1, 0)):
+    """The last `layers` recorded kernel calls (one forward): the sliding layers ran with the window
+    (when the window hides keys there: want_window), the others without; Gemma 2's all with its softcap."""
+    assert len(calls) >= layers
+    for layer, call in enumerate(calls[-layers:]):
+        assert call.window_size == (want_window if layer in sliding else (-1, -1)), (layer, call.window_size)
+        assert call.softcap == (SOFTCAP if family == "gemma2" else 0.0), (layer, call.softcap)
+
+
+@pytest.mark.parametrize("family", ["gemma2", "mistral"])
+def test_tiny_window_models_cpu_end_to_end(hf, varlen, family):
+    # float32 on the CPU, the kernels replaced by their plain-torch contracts (window and softcap
+    # included): Gemma 2 (softcap, alternating sliding/full layers) and Mistral (sliding window in
+    # every layer) with "hopattn" give "eager"'s logits without and with padding (left and right),
+    # in a chunked prefill, and greedy generate()'s tokens (dynamic cache, also left-padded), every
+    # layer on hopattn's kernels: nothing falls back, the sliding layers get window_size=(7, 0).
+    torch, integ = hf.torch, hf.integ
+    model_h, model_e, sliding = tiny_window_pair(hf, family, "cpu", torch.float32, head_dim=16, vocab=100)
+    layers = model_h.config.num_hidden_layers
+    ids = torch.randint(3, 100, (2, 32), generator=torch.Generator().manual_seed(1))
+
+    def near(got, want):
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", integ.FallbackWarning)  # nothing falls back
+        for mask in (None, torch.ones_like(ids)):
+            integ.reset_stats()
+            near(model_h(ids, attention_mask=mask).logits, model_e(ids, attention_mask=mask).logits)
+            assert integ.stats() == {"kernel": layers}
+            check_window_calls(varlen.kernel.calls, layers, sliding, family)
+        for side in ("left", "right"):
+            integ.reset_stats()
+            mask = padding_mask(torch, 2, 32, side, "cpu")
+            got = model_h(ids, attention_mask=mask).logits
+            assert integ.stats() == {"varlen": layers}
+            check_window_calls(varlen.calls, layers, sliding, family)
+            keep = mask.bool()
+            near(got[keep], model_e(ids, attention_mask=mask).logits[keep])
+        # Chunked prefill into a dynamic cache: 20 tokens, then 12 against the cache (a sliding layer
+        # keeps the last 7 keys: 19 keys for 12 queries, window (7, 0)).
+        integ.reset_stats()
+        cache_arg = "cache" if "cache" in inspect.signature(model_h.forward).parameters else "past_key_values"
+        past_h = model_h(ids[:, :20], use_cache=True)
+        past_e = model_e(ids[:, :20], use_cache=True)
+        past_h = getattr(past_h, "cache", None) or past_h.past_key_values
+        past_e = getattr(past_e, "cache", None) or past_e.past_key_values
+        near(model_h(ids[:, 20:], **{cache_arg: past_h}).logits, model_e(ids[:, 20:], **{cache_arg: past_e}).logits)
+        assert integ.stats() == {"kernel": 2 * layers}
+        check_window_calls(varlen.kernel.calls, layers, sliding, family)
+        for layer in sliding:
+            assert varlen.kernel.calls[-layers + layer].k.shape[1] == WINDOW - 1 + 12
+        # Greedy generation, 10 steps (the sliding layers' caches wrap), without and with left padding.
+        for mask in (torch.ones_like(ids), padding_mask(torch, 2, 32, "left", "cpu")):
+            integ.reset_stats()
+            seq_h, scores_h = greedy(model_h, ids, 10, attention_mask=mask)
+            seq_e, scores_e = greedy(model_e, ids, 10, attention_mask=mask)
+            assert torch.equal(seq_h, seq_e) and seq_h.shape == (2, 42)
+            for a, b in zip(scores_h, scores_e):
+                near(a, b)
+            stats = integ.stats()
+            assert set(stats) <= {"kernel", "varlen"} and sum(stats.values()) == 10 * layers, stats
+
+
+def test_tiny_gemma2_softcap_and_window_matter(hf, kernel):
+    # The models above would not test much if the softcap or the window changed nothing: "eager"
+    # without either gives clearly different logits.
+    torch = hf.torch
+    model_h, model_e, _ = tiny_window_pair(hf, "gemma2", "cpu", torch.float32, head_dim=16, vocab=100)
+    ids = torch.randint(3, 100, (2, 32), generator=torch.Generator().manual_seed(1))
+    from hopattn_test_support import rel_l2
+
+    with torch.no_grad():
+        want = model_e(ids).logits
+        for change in ({"attn_logit_softcapping": None}, {"sliding_window": 4096}):
+            other = copy.deepcopy(model_e)
+            for key, value in change.items():
+                setattr(other.config, key, value)
+                for layer in other.model.layers:
+                    if key == "attn_logit_softcapping":
+                        layer.self_attn.attn_logit_softcapping = value
+                    elif layer.self_attn.sliding_window is not None:
+                        layer.self_attn.sliding_window = value
+            assert rel_l2(other(ids).logits, want) > 1e-2, change
+
+
+@pytest.mark.parametrize("family", ["gemma2", "mistral"])
+def test_tiny_window_models_cpu_training_step(hf, varlen, family):
+    # A training step (forward and backward) with a left-padded batch on the varlen route, with
+    # window and softcap: the loss and every parameter gradient are eager's.
+    torch, integ = hf.torch, hf.integ
+    model_h, model_e, sliding = tiny_window_pair(hf, family, "cpu", torch.float32, head_dim=16, vocab=100)
+    layers = model_h.config.num_hidden_layers
+    ids = torch.randint(3, 100, (2, 32), generator=torch.Generator().manual_seed(1))
+    mask = padding_mask(torch, 2, 32, "left", "cpu")
+    labels = padding_labels(ids, mask)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", integ.FallbackWarning)
+        loss_h, grads_h, stats = train_step(hf, model_h, ids, attention_mask=mask, labels=labels)
+    assert stats == {"varlen": layers} and all(call.q.requires_grad for call in varlen.calls)
+    check_window_calls(varlen.calls, layers, sliding, family)
+    loss_e, grads_e, _ = train_step(hf, model_e, ids, attention_mask=mask, labels=labels)
+    torch.testing.assert_close(loss_h, loss_e, atol=1e-5, rtol=1e-5)
+    assert grads_h.keys() == grads_e.keys() and len(grads_e) == len(list(model_e.parameters()))
+    for name, want in grads_e.items():
+        torch.testing.assert_close(grads_h[name], want, atol=1e-5, rtol=1e-4, msg=lambda m: f"{name}: {m}")
+
+
+class LibraryCpuReference:
+    """Stands in for hopattn.attention / hopattn.varlen_attention on CPU torch tensors: the same call
+    on numpy copies (float32), through the library's own CPU reference (window_size and softcap
+    included; forward only), the result back as a torch tensor in q's dtype."""
+
+    def __init__(self, function):
+        self.function = function
+        self.calls = 0
+
+    def __call__(self, *args, **kwargs):
+        import torch
+
+        def numpy(x):
+            if not isinstance(x, torch.Tensor):
+                return x
+            x = x.detach()
+            return (x.float() if x.is_floating_point() else x).contiguous().numpy()
+
+        self.calls += 1
+        out = self.function(*[numpy(a) for a in args], **{k: numpy(v) for k, v in kwargs.items()})
+        return torch.from_numpy(out).to(args[0].dtype)
+
+
+@pytest.fixture
+def library_cpu(hf, fresh_stats, monkeypatch):
+    """Both kernels replaced by LibraryCpuReference (and the varlen route's CUDA check by "yes"); skips
+    without a loadable library (fails instead under --require-library)."""
+    from hopattn_test_support import require_library_or_skip_module
+
+    require_library_or_skip_module()
+    dense, varlen = LibraryCpuReference(hopattn.attention), LibraryCpuReference(hopattn.varlen_attention)
+    monkeypatch.setattr(hopattn, "attention", dense)
+    monkeypatch.setattr(hopattn, "varlen_attention", varlen)
+    monkeypatch.setattr(hf.integ, "_varlen_device_ok", lambda *tensors: True)
+    return types.SimpleNamespace(dense=dense, varlen=varlen)
+
+
+@pytest.mark.parametrize("family", ["gemma2", "mistral"])
+def test_tiny_window_models_on_the_library_cpu_reference(hf, library_cpu, family):
+    # The window convention and softcap end to end against the library itself, on the CPU: the tiny
+    # Gemma 2 / Mistral with "hopattn" running the library's CPU reference (its window_size and
+    # softcap semantics, not this file's stand-ins) give "eager"'s logits, without and with padding,
+    # and its greedy tokens, with nothing falling back.
+    torch, integ = hf.torch, hf.integ
+    model_h, model_e, _ = tiny_window_pair(hf, family, "cpu", torch.float32, head_dim=16, vocab=100)
+    layers = model_h.config.num_hidden_layers
+    ids = torch.randint(3, 100, (2, 32), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", integ.FallbackWarning)
+        for side in (None, "left", "right"):
+            mask = None if side is None else padding_mask(torch, 2, 32, side, "cpu")
+            integ.reset_stats()
+            got = model_h(ids, attention_mask=mask).logits
+            assert integ.stats() == {"kernel" if mask is None else "varlen": layers}
+            keep = torch.ones_like(ids, dtype=torch.bool) if mask is None else mask.bool()
+            torch.testing.assert_close(got[keep], model_e(ids, attention_mask=mask).logits[keep], atol=1e-4, rtol=1e-4)
+        mask = padding_mask(torch, 2, 32, "left", "cpu")
+        seq_h, _ = greedy(model_h, ids, 6, attention_mask=mask)
+        seq_e, _ = greedy(model_e, ids, 6, attention_mask=mask)
+        assert torch.equal(seq_h, seq_e)
+    assert library_cpu.dense.calls > 0 and library_cpu.varlen.calls > 0
+
+
 # --- GPU: the real kernels -----------------------------------------------------------------------------
 
 
@@ -1121,9 +1638,12 @@ def test_gpu_padding_mask_attention_matches_sdpa_math(hf, gpu_kernel, fresh_stat
 
 
 def check_greedy_matches_sdpa(hf, gpu_pair, ids, mask, steps, route, **generate_kwargs):
-    """Greedy generate() with hopattn against sdpa (see test_gpu_generate_greedy_tokens_match_sdpa);
-    route: the stats() key every layer of every step must have counted ("kernel" or "varlen")."""
+    """Greedy generate() with hopattn against gpu_pair.model_s, sdpa or another reference (see
+    test_gpu_generate_greedy_tokens_match_sdpa); route: the stats() key every layer of every step
+    must have counted ("kernel" or "varlen"), or a set of keys each layer of each step counted one of
+    (nothing falls back either way)."""
     torch, integ = hf.torch, hf.integ
+    routes = {route} if isinstance(route, str) else set(route)
     dtype = gpu_pair.dtype
     prompt = ids.shape[1]
     integ.reset_stats()
@@ -1135,9 +1655,10 @@ def check_greedy_matches_sdpa(hf, gpu_pair, ids, mask, steps, route, **generate_
             # integration's Python counters (H200: {'varlen': 2}, the eager prefill's layers).
             # Still: the prefill counted `route` in every layer and nothing fell back.
             stats = integ.stats()
-            assert set(stats) == {route} and stats[route] >= gpu_pair.layers, stats
+            assert stats and set(stats) <= routes and sum(stats.values()) >= gpu_pair.layers, stats
         else:
-            assert integ.stats() == {route: steps * gpu_pair.layers}
+            stats = integ.stats()
+            assert set(stats) <= routes and sum(stats.values()) == steps * gpu_pair.layers, stats
         seq_s, scores_s = greedy(gpu_pair.model_s, ids, steps, attention_mask=mask, **generate_kwargs)
         assert seq_h.shape == seq_s.shape == (ids.shape[0], prompt + steps)
         for row in range(ids.shape[0]):
@@ -1166,7 +1687,7 @@ def check_greedy_matches_sdpa(hf, gpu_pair, ids, mask, steps, route, **generate_
         bad = (best - chosen_logits > tol).nonzero().tolist()
         assert not bad, f"(row, step) where hopattn's token is not sdpa's greedy choice: {bad}"
     exact = torch.equal(seq_h, seq_s)
-    print(f"{route}: greedy tokens identical to sdpa's for all {steps} steps: {exact}")
+    print(f"{sorted(routes)}: greedy tokens identical to the reference's for all {steps} steps: {exact}")
 
 
 def test_gpu_generate_greedy_tokens_match_sdpa(hf, gpu_pair):
@@ -1240,3 +1761,108 @@ def test_gpu_training_step_left_padded_matches_sdpa(hf, gpu_pair):
     ids, mask = left_padded_batch(hf.torch, gpu_pair.device, 160, [0, 5, 100], seed=5)
     check_training_step_matches_sdpa(hf, gpu_pair, ids, "varlen", attention_mask=mask,
                                      labels=padding_labels(ids, mask))
+
+
+# --- GPU: tiny Gemma 2 and Mistral, sliding windows and softcap, against "eager" ---------------------------
+
+
+@pytest.fixture(scope="module", params=["gemma2", "mistral"])
+def gpu_window_pair(hf, request):
+    """tiny_window_pair on the GPU in the kernels' dtype: "hopattn" (model_h) and "eager" (model_s, the
+    name check_greedy_matches_sdpa and check_training_step_matches_sdpa read the reference from)."""
+    dtype, head_dim = sm90_kernel_pair(hf, want_backward=False)
+    model_h, model_e, sliding = tiny_window_pair(hf, request.param, "cuda", dtype, head_dim=head_dim)
+    return types.SimpleNamespace(device="cuda", dtype=dtype, head_dim=head_dim, model_h=model_h, model_s=model_e,
+                                 layers=model_h.config.num_hidden_layers, sliding=sliding, family=request.param)
+
+
+def window_ids(torch, pair, side, seed):
+    """(2, 32) token ids, and an attention mask: None, or padding_mask's left / right padding."""
+    gen = torch.Generator(device=pair.device).manual_seed(seed)
+    ids = torch.randint(3, 1000, (2, 32), device=pair.device, generator=gen)
+    return ids, None if side is None else padding_mask(torch, 2, 32, side, pair.device)
+
+
+@pytest.mark.parametrize("side", [None, "left", "right"])
+def test_gpu_window_models_logits_match_eager(hf, gpu_window_pair, side):
+    # 32 tokens, window 8: every layer on hopattn's kernels (the dense one without padding, the
+    # varlen one with), the logits (at kept positions) are eager's.
+    torch, integ = hf.torch, hf.integ
+    pair = gpu_window_pair
+    ids, mask = window_ids(torch, pair, side, seed=7)
+    integ.reset_stats()
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", integ.FallbackWarning)
+        got = pair.model_h(ids, attention_mask=mask).logits
+        assert integ.stats() == {"kernel" if mask is None else "varlen": pair.layers}
+        want = pair.model_s(ids, attention_mask=mask).logits
+    keep = torch.ones_like(ids, dtype=torch.bool) if mask is None else mask.bool()
+    assert_logits_close(torch, got[keep], want[keep], f"{pair.family}, padding {side}")
+
+
+def test_gpu_sliding_window_runs_on_hopattn_without_fallback(hf, gpu_window_pair, monkeypatch):
+    # The sliding-window layers no longer fall back to SDPA: no FallbackWarning, no "sdpa_fallback" in
+    # stats(), and hopattn's kernels (dense and varlen) get window_size=(7, 0) on the sliding layers
+    # (none on the full ones) and Gemma 2's softcap on every layer.
+    torch, integ = hf.torch, hf.integ
+    pair = gpu_window_pair
+    calls = []
+
+    def spy(function):
+        def call(*args, **kwargs):
+            calls.append((kwargs.get("window_size", (-1, -1)), kwargs.get("softcap", 0.0)))
+            return function(*args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(hopattn, "attention", spy(hopattn.attention))
+    monkeypatch.setattr(hopattn, "varlen_attention", spy(hopattn.varlen_attention))
+    for side in (None, "left"):
+        ids, mask = window_ids(torch, pair, side, seed=8)
+        calls.clear()
+        integ.reset_stats()
+        with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            pair.model_h(ids, attention_mask=mask)
+        assert not [w for w in caught if issubclass(w.category, integ.FallbackWarning)]
+        stats = integ.stats()
+        assert not any(key.startswith("sdpa_fallback") for key in stats) and sum(stats.values()) == pair.layers
+        softcap = SOFTCAP if pair.family == "gemma2" else 0.0
+        assert calls == [((WINDOW - 1, 0) if layer in pair.sliding else (-1, -1), softcap)
+                         for layer in range(pair.layers)], calls
+
+
+@pytest.mark.parametrize("padded", [False, True])
+def test_gpu_window_models_generate_greedy_tokens_match_eager(hf, gpu_window_pair, padded):
+    # 16 greedy tokens after a 32-token prompt with the dynamic cache (the sliding layers' caches keep
+    # the last 7 keys), without padding and left-padded (rows of 32, 27 and 20 real tokens): the tokens
+    # are eager's, with check_greedy_matches_sdpa's allowance for a bf16 tie. Every layer of every step
+    # runs on hopattn's kernels: without padding the dense one; with it the varlen one, until a
+    # sliding layer's cached window holds no padding any more (then its mask is a plain window).
+    torch = hf.torch
+    pair = gpu_window_pair
+    if padded:
+        ids, mask = left_padded_batch(torch, pair.device, 32, [0, 5, 12], seed=9)
+        routes = {"kernel", "varlen"}
+    else:
+        ids, _ = left_padded_batch(torch, pair.device, 32, [0, 0], seed=9)
+        mask, routes = torch.ones_like(ids), {"kernel"}
+    check_greedy_matches_sdpa(hf, pair, ids, mask, 16, routes)
+
+
+@pytest.mark.parametrize("padded", [False, True])
+def test_gpu_window_models_training_step_matches_eager(hf, gpu_window_pair, padded):
+    # One training step with the window (and Gemma 2's softcap): hopattn's forward and backward
+    # kernels, dense without padding, varlen with a left-padded batch (rows of 64, 59 and 24 real
+    # tokens); the loss and every parameter gradient are eager's (check_training_step_matches_sdpa).
+    torch = hf.torch
+    pair = gpu_window_pair
+    if sm90_kernel_pair(hf, want_backward=True) != (pair.dtype, pair.head_dim):
+        pytest.skip("no backward kernel for the models' dtype and head_dim in this build")
+    if padded:
+        ids, mask = left_padded_batch(torch, pair.device, 64, [0, 5, 40], seed=10)
+        check_training_step_matches_sdpa(hf, pair, ids, "varlen", attention_mask=mask,
+                                         labels=padding_labels(ids, mask))
+    else:
+        ids, _ = left_padded_batch(torch, pair.device, 64, [0, 0], seed=10)
+        check_training_step_matches_sdpa(hf, pair, ids, "kernel", labels=ids)

@@ -98,7 +98,7 @@ def test_signature():
         ("q", empty), ("k", empty), ("v", empty), ("cu_seqlens_q", empty), ("cu_seqlens_k", empty),
         ("max_seqlen_q", empty), ("max_seqlen_k", empty), ("causal", False), ("softmax_scale", None),
         ("seqused_q", None), ("seqused_k", None), ("return_lse", False), ("check_index_values", False),
-        ("deterministic", False), ("window_size", (-1, -1)),
+        ("deterministic", False), ("window_size", (-1, -1)), ("softcap", 0.0),
     ]
     assert "varlen_attention" in hopattn.__all__
 
@@ -530,13 +530,14 @@ def test_op_schema():
         "hopattn::fwd_varlen(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, "
         "SymInt max_seqlen_q, SymInt max_seqlen_k, Tensor? seqused_q=None, Tensor? seqused_k=None, "
         "bool causal=False, float? softmax_scale=None, bool check_index_values=False, "
-        "bool deterministic=False, SymInt window_left=-1, SymInt window_right=-1) -> (Tensor, Tensor)"
+        "bool deterministic=False, SymInt window_left=-1, SymInt window_right=-1, float softcap=0.) "
+        "-> (Tensor, Tensor)"
     )
     assert str(torch_ops.bwd_varlen._schema) == (
         "hopattn::bwd_varlen(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, "
         "Tensor cu_seqlens_q, Tensor cu_seqlens_k, SymInt max_seqlen_q, SymInt max_seqlen_k, Tensor? seqused_q, "
         "Tensor? seqused_k, bool causal, float? softmax_scale, bool deterministic, SymInt window_left=-1, "
-        "SymInt window_right=-1) -> (Tensor, Tensor, Tensor)"
+        "SymInt window_right=-1, float softcap=0.) -> (Tensor, Tensor, Tensor)"
     )
 
 
@@ -693,18 +694,19 @@ def test_direct_route_function_on_cpu_equals_the_op(lib):
     dout = torch.from_numpy(np.random.default_rng(15).standard_normal(arrays[0].shape).astype(np.float32))
     leaves = [torch.from_numpy(x).requires_grad_() for x in arrays[:3]]
     window = (2, -1)  # with causal: each query sees itself and the 2 keys before it
-    out, lse = apply(*leaves, cu_q, cu_k, 6, 8, used_q, None, True, 0.25, True, False, True, window)
+    softcap = 1.5  # reaches the backward too
+    out, lse = apply(*leaves, cu_q, cu_k, 6, 8, used_q, None, True, 0.25, True, False, True, window, softcap)
     assert out.requires_grad and not lse.requires_grad
     assert len(out.grad_fn.saved_tensors) == 9  # q, k, v, out, lse, cu_seqlens_q/k, seqused_q/k
     got = torch.autograd.grad(out, leaves, dout)
     twins = [t.detach().clone().requires_grad_() for t in leaves]
     want_out, want_lse = torch_ops.fwd_varlen(*twins, cu_q, cu_k, 6, 8, used_q, None, True, 0.25, False, True,
-                                              *window)
+                                              *window, softcap)
     want = torch.autograd.grad(want_out, twins, dout)
     assert torch.equal(out, want_out) and torch.equal(lse, want_lse)
     for name, a, b in zip(("dq", "dk", "dv"), got, want):
         assert torch.equal(a, b), name
-    out = apply(*leaves, cu_q, cu_k, 6, 8, used_q, None, True, 0.25, False, False, False, window)  # out only
+    out = apply(*leaves, cu_q, cu_k, 6, 8, used_q, None, True, 0.25, False, False, False, window, softcap)  # out only
     (dq,) = torch.autograd.grad(out, leaves[:1], dout, create_graph=True)
     assert torch.equal(dq, got[0])
     with pytest.raises(RuntimeError):  # no double backward (once_differentiable), as the op

@@ -20,13 +20,29 @@
 #     head h // (heads_q / heads_kv), the same mapping as repeat_kv;
 #   * is_causal: the is_causal argument if given, else module.is_causal; without a mask it applies
 #     only when q_len > 1 (a single decode query attends to the whole cache), like sdpa;
+#   * softcap (Gemma 2's attn_logit_softcapping, passed as softcap=): hopattn's softcap, the same
+#     formula as Transformers' eager attention (scores softcap * tanh(scaling * q.k / softcap), then
+#     the mask); None or 0 is off;
+#   * sliding windows: Transformers passes sliding_window=w to the attention function of a sliding
+#     layer (Mistral, Qwen2, Gemma 2/3, ...; None on full-attention layers) and builds its mask with
+#     sliding_window_causal_mask_function(w): query position q sees key position k iff
+#     q - w < k <= q, i.e. its own key and the w - 1 before it. In hopattn's terms (FlashAttention's
+#     window_size, bottom-right aligned) that is causal with window_size=(w - 1, 0), which is also
+#     what Transformers' flash-attention integration passes (window_size=(w - 1, w - 1) with
+#     causal=True, whose right bound FlashAttention reads as 0). Where there is a mask, the window is
+#     read from the mask itself (below), so a layer is windowed exactly as its mask says, whether or
+#     not sliding_window is passed; without a mask (Transformers gives none only when the window
+#     hides nothing, kv_len < w), sliding_window of a causal layer becomes window_size=(w - 1, 0)
+#     when kv_len > w, as in the flash-attention integration;
 #   * masks: register() also registers Transformers' sdpa_mask as this implementation's mask
 #     function, so the model builds the masks it builds for "sdpa": None when plain causal (or
 #     full) attention is exact, else a 4D boolean mask (True = attend). The dense kernel runs when the
 #     mask is None or, after dropping trailing keys nobody sees (the unused tail of a static cache), is
 #     exactly "all keys" or "bottom-right aligned causal" (query i sees key j iff
 #     j <= i + kv_len - q_len: the mask of a KV-cache step with no padding, which is how hopattn's
-#     causal mask is aligned).
+#     causal mask is aligned), optionally within a sliding window of `left` keys before the query's
+#     own (j >= i + kv_len - q_len - left: window_size=(left, 0)); left is read from the mask (the
+#     most keys before its own that any query sees) and every row is then checked against it.
 #   * padding masks run on the variable-length kernel (hopattn.varlen_attention), when the mask is
 #     proven to be padding only and the tensors are CUDA tensors, in inference and in training alike
 #     (varlen_attention is differentiable: its backward is the library's backward_varlen, bitwise
@@ -37,14 +53,19 @@
 #         the keys it sees, no causal mask. Every output row is what sdpa computes.
 #       - "causal + padding": there is an offset `off` (the queries are the last q_len of the first
 #         off + q_len key positions; more keys are an unused static-cache tail) and a per-row set of
-#         kept keys such that every query row is exactly "the kept keys j <= i + off" (a padding row,
-#         one whose own position i + off is not kept, may instead see no key at all). The kept keys
-#         are read from the last query row; the kept queries are those whose own position is kept. Each
-#         batch row is one sequence of its kept queries and kept keys, causal bottom-right aligned:
-#         since the kept keys are the kept cache positions before the queries (c of them) followed by
-#         the kept query positions themselves, the r-th kept query sees the first c + r + 1 kept keys,
-#         which is exactly the mask's row (this is left padding during generation, right padding at
-#         prefill, and any padding in the middle).
+#         kept keys (those some query of the row sees) such that every kept query row, one whose own
+#         position i + off is kept, is exactly "the kept keys j <= i + off" (a padding row, one whose
+#         own position is not kept, sees no key at all or the kept keys from the first it sees up to
+#         its position). Each batch row is one sequence of its kept queries and kept keys, causal
+#         bottom-right aligned: since the kept keys are the kept cache positions before the queries
+#         (c of them) followed by the kept query positions themselves, the r-th kept query sees the
+#         first c + r + 1 kept keys, which is exactly the mask's row (this is left padding during
+#         generation, right padding at prefill, and any padding in the middle). With a sliding
+#         window, the kept query rows are instead "the last left + 1 of those kept keys" (left read
+#         from the mask as in the dense case, but in kept tokens) and varlen runs with
+#         window_size=(left, 0) per sequence; that equals the mask's window, which counts positions,
+#         whenever no padding lies inside a window (left and right padding; a hole in the middle of
+#         a window fails the check and falls back).
 #     The packed queries/keys/values are gathered with per-row indices of the kept tokens, and the
 #     output is scattered back into (batch, q_len, heads, head_dim) with padding query rows 0 (sdpa
 #     gives 0 for a left-padding row, which sees no key; a right-padding row sees the kept keys in
@@ -53,18 +74,21 @@
 #     tokens not kept get gradient 0 through attention (nobody attends to padding keys, and padding
 #     query rows are 0 here), so the gradients match sdpa's whenever the loss ignores the padding
 #     positions (labels -100), whose outputs differ from sdpa's anyway. Counted as "varlen" in stats().
-#   * any other mask (sliding windows, packed-sequence/document masks, additive biases), and padding
-#     masks on non-CUDA tensors, fall back to Transformers' sdpa attention with the mask: correct,
-#     slower, counted in stats() per reason and warned about once (FallbackWarning).
+#   * any other mask (packed-sequence/document masks, additive biases, bidirectional sliding windows,
+#     padding inside a sliding window), and padding masks on non-CUDA tensors, fall back to
+#     Transformers' sdpa attention with the mask (with softcap, which sdpa refuses: to
+#     _softcap_attention, plain torch with the softcap and the mask, Gemma 2's eager attention):
+#     correct, slower, counted in stats() per reason and warned about once (FallbackWarning).
 #
 # torch.compile: without a mask the call is one hopattn::fwd node (no graph break); a mask cannot be
 # read while tracing, so under torch.compile any mask goes to sdpa. Nothing is counted or warned
 # while tracing (it would happen once, at trace time, not per call).
 #
 # Not supported (raise NotImplementedError naming the argument, never silently ignored): attention
-# dropout > 0 (training with attention_dropout), softcap, attention sinks (s_aux / sinks).
+# dropout > 0 (training with attention_dropout), attention sinks (s_aux / sinks).
 # Everything else goes to hopattn.attention, which raises its own errors for what the kernels do not
 # take (e.g. float32 or CPU tensors, a head_dim not in the build).
+import operator
 import threading
 import warnings
 import weakref
@@ -75,7 +99,8 @@ DEFAULT_NAME = "hopattn"
 
 # What ran, in eager calls: "kernel" counts calls that ran hopattn's dense kernel, "varlen" calls with a
 # padding mask that ran hopattn's variable-length kernel, "sdpa_fallback" calls that fell back to torch
-# SDPA, and "sdpa_fallback:<reason>" the same per reason (the keys of _FALLBACK_MESSAGES).
+# SDPA (with softcap: to _softcap_attention), and "sdpa_fallback:<reason>" the same per reason (the keys
+# of _FALLBACK_MESSAGES).
 _stats = {}
 _stats_lock = threading.Lock()
 _warned = set()
@@ -87,8 +112,9 @@ class FallbackWarning(UserWarning):
 
 def stats():
     """A copy of the counters: {"kernel": calls on hopattn's dense kernel, "varlen": calls with a padding
-    mask on hopattn's variable-length kernel, "sdpa_fallback": calls that fell back to torch SDPA,
-    "sdpa_fallback:<reason>": the same per reason}."""
+    mask on hopattn's variable-length kernel, "sdpa_fallback": calls that fell back to torch SDPA (with
+    softcap, which SDPA lacks, to plain torch attention), "sdpa_fallback:<reason>": the same per
+    reason}."""
     with _stats_lock:
         return dict(_stats)
 
@@ -107,8 +133,9 @@ def _count(key):
 
 _FALLBACK_MESSAGES = {
     "unsupported_mask": (
-        "hopattn: an attention mask that is neither plain causal, full nor a padding mask (e.g. a sliding "
-        "window, packed sequences or an additive bias) fell back to torch SDPA with the mask"
+        "hopattn: an attention mask that is neither plain causal, full, a causal sliding window nor a padding "
+        "mask (e.g. packed sequences, an additive bias or padding inside a sliding window) fell back to torch "
+        "SDPA with the mask"
     ),
     "padding_mask_not_cuda": (
         "hopattn: a padding mask on non-CUDA tensors fell back to torch SDPA with the mask (hopattn's "
@@ -122,18 +149,58 @@ _FALLBACK_MESSAGES = {
 }
 
 
-def _fallback(reason, tracing, module, query, key, value, attention_mask, dropout, scaling, is_causal, kwargs):
+def _fallback(reason, tracing, module, query, key, value, attention_mask, dropout, scaling, is_causal, kwargs,
+              softcap=None):
+    """Transformers' sdpa attention with the mask, or with softcap (a float > 0) _softcap_attention."""
     if not tracing:  # while torch.compile traces, Python side effects would only run once, at trace time
         _count("sdpa_fallback")
         _count("sdpa_fallback:" + reason)
         if reason not in _warned:
             _warned.add(reason)
-            warnings.warn(_FALLBACK_MESSAGES[reason] + " (counted in hopattn.integrations.transformers.stats())",
+            message = _FALLBACK_MESSAGES[reason]
+            if softcap:
+                message += (" (with softcap, which torch SDPA lacks: to plain torch attention with the softcap "
+                            "and the mask, as Gemma 2's eager attention)")
+            warnings.warn(message + " (counted in hopattn.integrations.transformers.stats())",
                           FallbackWarning, stacklevel=3)
+    if softcap:
+        return _softcap_attention(query, key, value, attention_mask, scaling, is_causal, softcap,
+                                  kwargs.get("position_bias")), None
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                   is_causal=is_causal, **kwargs)
+
+
+def _softcap_attention(query, key, value, attention_mask, scaling, is_causal, softcap, position_bias=None):
+    """The fallback when softcap is set (torch SDPA has none): Transformers' eager attention with
+    softcapping (Gemma 2's eager_attention_forward: scores * scaling, capped to
+    softcap * tanh(score / softcap), plus the mask, softmax) in float32, and, with no mask, sdpa's
+    causal decision (top-left causal for more than one query). (batch, q_len, heads_q, v_head_dim)
+    in query's dtype, contiguous; differentiable."""
+    import torch
+
+    heads_q, heads_kv, q_len, kv_len = query.shape[1], key.shape[1], query.shape[2], key.shape[2]
+    q, k, v = query.float(), key.float(), value.float()
+    if heads_q != heads_kv:  # repeat_kv's head mapping
+        k = k.repeat_interleave(heads_q // heads_kv, dim=1)
+        v = v.repeat_interleave(heads_q // heads_kv, dim=1)
+    scale = query.shape[-1] ** -0.5 if scaling is None else scaling
+    scores = torch.matmul(q, k.transpose(-1, -2)) * scale
+    scores = torch.tanh(scores / softcap) * softcap
+    masked = torch.finfo(scores.dtype).min
+    if attention_mask is None:
+        if is_causal and q_len > 1:
+            tril = torch.ones(q_len, kv_len, dtype=torch.bool, device=scores.device).tril()
+            scores = scores.masked_fill(~tril, masked)
+    elif attention_mask.dtype == torch.bool:
+        scores = scores.masked_fill(~attention_mask, masked)
+    else:
+        scores = scores + attention_mask.float()
+    if position_bias is not None:
+        scores = scores + position_bias.float()
+    probs = torch.softmax(scores, dim=-1)
+    return torch.matmul(probs, v).transpose(1, 2).contiguous().to(query.dtype)
 
 
 # --- mask analysis ----------------------------------------------------------------------------------
@@ -166,8 +233,13 @@ def _read_mask(torch, mask, batch, heads_q, q_len, kv_len):
 
 
 def _classify_mask(torch, mask, batch, heads_q, q_len, kv_len):
-    """("full" | "causal", keys) when the mask equals all-visible or bottom-right causal attention over
-    its first `keys` keys (the rest seen by no query), else None. One host synchronisation."""
+    """("full", keys, None) when the mask equals all-visible attention over its first `keys` keys (the
+    rest seen by no query); ("causal", keys, left) when it equals bottom-right causal attention over
+    them, within a sliding window of the `left` keys before each query's own (query i sees key j iff
+    i + keys - q_len - left <= j <= i + keys - q_len: hopattn's window_size=(left, 0)), left None when
+    no window hides anything; else None. The window is read from the mask (the most keys before its
+    own any query sees) and then checked like the rest: every row must be exactly that. One host
+    synchronisation."""
     read = _read_mask(torch, mask, batch, heads_q, q_len, kv_len)
     if read is None:
         return None
@@ -178,18 +250,25 @@ def _classify_mask(torch, mask, batch, heads_q, q_len, kv_len):
     seen = visible.reshape(-1, kv_len).any(0)                         # (kv_len,) seen by some query
     keys = torch.where(seen, j + 1, torch.zeros_like(j)).max()        # one past the last seen key
     full = (visible == (j < keys)).all()
-    causal = (visible == ((j[None, :] <= i[:, None] + (keys - q_len)) & (j < keys))).all()
-    flags = [keys, full, causal] + ([] if valid is None else [valid])
+    diagonal = i + (keys - q_len)                                     # (q_len,) each query's own key
+    rows = visible.expand(visible.shape[0], visible.shape[1], q_len, kv_len)
+    first = rows.to(torch.uint8).argmax(-1)                           # the first key each row sees
+    left = torch.where(rows.any(-1), diagonal - first, torch.zeros_like(first)).amax().clamp_min(0)
+    expected = (j[None, :] <= diagonal[:, None]) & (j[None, :] >= diagonal[:, None] - left) & (j < keys)
+    causal = (visible == expected).all()
+    flags = [keys, full, causal, left] + ([] if valid is None else [valid])
     values = torch.stack([f.to(torch.int64) for f in flags]).tolist()
-    keys, full, causal = values[0], bool(values[1]), bool(values[2])
-    if len(values) > 3 and not values[3]:
+    keys, full, causal, left = values[0], bool(values[1]), bool(values[2]), values[3]
+    if len(values) > 4 and not values[4]:
         return None
     if keys < 1:
         return None
     if full:
-        return "full", keys
+        return "full", keys, None
     if causal and keys >= q_len:  # every query sees at least one key (no empty rows)
-        return "causal", keys
+        # The last query sees keys - 1 keys before its own without a window: a window that wide or
+        # wider hides nothing.
+        return "causal", keys, (left if left < keys - 1 else None)
     return None
 
 
@@ -224,16 +303,21 @@ def _mask_decision(torch, mask, batch, heads_q, q_len, kv_len):
 
 def _padding_layout(torch, visible, valid=None):
     """Reads a (batch, heads, q_len, kv_len) boolean mask (True = attend; expanded views are fine) as a
-    padding mask, if it is one (see the module comment): (causal, query_keep, key_keep) with
+    padding mask, if it is one (see the module comment): (causal, query_keep, key_keep, left) with
     query_keep (batch, q_len) and key_keep (batch, kv_len) boolean, the tokens each batch row keeps,
-    or None when it is no padding mask. `valid`: a 0-dim boolean tensor that must be true as well
-    (an additive mask's "no bias" check). One host synchronisation.
+    and left the sliding window over the kept tokens (varlen's window_size=(left, 0)), None when
+    there is none or it hides nothing; or None when it is no padding mask. `valid`: a 0-dim boolean
+    tensor that must be true as well (an additive mask's "no bias" check). One host synchronisation.
 
-    "full": every query of a batch row sees the same keys; all queries kept, causal False.
-    "causal + padding": query i stands at key position p_i = i + off; the kept keys are those the last
-    query sees; every row is exactly "kept keys j <= p_i", or sees nothing while p_i is not kept.
-    Then query i is kept iff key p_i is, and varlen's bottom-right causal mask over the kept tokens
-    of a row is the mask's."""
+    "full": every query of a batch row sees the same keys; all queries kept, causal False, no window.
+    "causal + padding": query i stands at key position p_i = i + off; the kept keys are those some
+    query of the row sees; a query is kept iff its own key is. Every kept query's row is exactly
+    "the kept keys j <= p_i of which at most `left` come before p_i" (left: the most any kept row
+    has; unbounded when no row is cut short, as without a sliding window); a padding query's row
+    is empty or "the kept keys from the first one it sees up to p_i". Then varlen's bottom-right
+    causal mask, with window_size=(left, 0), over the kept tokens of each row is the mask at every
+    kept query. (A window counts kept tokens, the mask's positions: with padding inside a window
+    the two differ and the check fails, so such masks fall back.)"""
     batch, heads, q_len, kv_len = visible.shape
     device = visible.device
     v = visible[:, 0]  # (batch, q_len, kv_len)
@@ -256,18 +340,34 @@ def _padding_layout(torch, visible, valid=None):
         off = torch.where(row_seen, last - i, torch.full_like(i, -1)).amax()
         off_clamped = off.clamp(0, kv_len - q_len)
         p = i + off_clamped  # (q_len,) the key position of each query
-        keys = v[:, -1]  # (batch, kv_len): kept keys, as the last query sees them
+        keys = v.any(1)  # (batch, kv_len): kept keys, those some query of the row sees
         queries = keys[:, p]  # (batch, q_len): kept queries, whose own key is kept
-        expected = (j[None, :] <= p[:, None]) & keys[:, None, :]  # (batch, q_len, kv_len)
-        row_ok = (v == expected).all(-1) | ~(queries | v.any(-1))
+        sees = v.any(-1)  # (batch, q_len)
+        rank = keys.cumsum(-1) - 1  # (batch, kv_len): index of each kept key among the row's kept keys
+        rank_p = rank[:, p]  # (batch, q_len): a kept query's index among the kept keys
+        first = v.to(torch.uint8).argmax(-1)  # (batch, q_len): the first key each row sees
+        # The window: the most kept keys before its own that a kept query sees (an unbounded causal
+        # mask gives the longest row's count, which hides nothing).
+        left = torch.where(queries & sees, rank_p - rank.gather(1, first), torch.zeros_like(rank_p)).amax()
+        left = left.clamp_min(0)
+        # A kept query sees the kept keys of index rank_p - left .. rank_p: from position lo on (rank
+        # is non-decreasing along the row and steps up at each kept key).
+        lo = torch.searchsorted(rank, rank_p - left)  # (batch, q_len)
+        upto = (j[None, None, :] <= p[None, :, None]) & keys[:, None, :]  # kept keys j <= p_i
+        kept_ok = (v == (upto & (j[None, None, :] >= lo[:, :, None]))).all(-1)
+        padding_ok = (v == (upto & (j[None, None, :] >= first[:, :, None]))).all(-1) | ~sees
+        row_ok = torch.where(queries, kept_ok, padding_ok)
         causal = (off == off_clamped) & row_ok.all()
-    values = torch.stack(flags + [full] + ([] if causal is None else [causal])).tolist()
+        windowed = torch.where(queries, rank_p, torch.full_like(rank_p, -1)).amax() > left  # a row cut short
+        extra = [causal, left, windowed]
+    values = torch.stack([f.to(torch.int64) for f in flags + [full] + ([] if causal is None else extra)]).tolist()
     if not all(values[: len(flags)]):
         return None
     if values[len(flags)]:
-        return False, torch.ones(batch, q_len, dtype=torch.bool, device=device), full_keys
-    if causal is not None and values[-1]:
-        return True, queries, keys
+        return False, torch.ones(batch, q_len, dtype=torch.bool, device=device), full_keys, None
+    if causal is not None and values[len(flags) + 1]:
+        left, windowed = values[len(flags) + 2], values[len(flags) + 3]
+        return True, queries, keys, (left if windowed else None)
     return None
 
 
@@ -319,10 +419,10 @@ def _repad(torch, packed, batch_index, pos_index, batch, seqlen):
 
 
 class _PaddingPlan:
-    __slots__ = ("causal", "query_keep", "key_keep", "_unpadded")
+    __slots__ = ("causal", "query_keep", "key_keep", "left", "_unpadded")
 
-    def __init__(self, causal, query_keep, key_keep):
-        self.causal, self.query_keep, self.key_keep = causal, query_keep, key_keep
+    def __init__(self, causal, query_keep, key_keep, left=None):
+        self.causal, self.query_keep, self.key_keep, self.left = causal, query_keep, key_keep, left
         self._unpadded = None
 
     def unpadded(self, torch):
@@ -357,11 +457,12 @@ def _varlen_device_ok(query, key, value):
     return query.is_cuda and key.is_cuda and value.is_cuda
 
 
-def _varlen_attention(torch, plan, query, key, value, scaling):
+def _varlen_attention(torch, plan, query, key, value, scaling, softcap=None):
     """query (batch, heads_q, q_len, head_dim), key/value (batch, heads_kv, kv_len, *) through
-    hopattn.varlen_attention on the kept tokens of `plan`; (batch, q_len, heads_q, v_head_dim) with
-    the rows of queries not kept 0. Differentiable (gather, varlen_attention, scatter): tokens not
-    kept get gradient 0; deterministic follows torch.are_deterministic_algorithms_enabled()."""
+    hopattn.varlen_attention on the kept tokens of `plan` (with its sliding window, and softcap when
+    given); (batch, q_len, heads_q, v_head_dim) with the rows of queries not kept 0. Differentiable
+    (gather, varlen_attention, scatter): tokens not kept get gradient 0; deterministic follows
+    torch.are_deterministic_algorithms_enabled()."""
     import hopattn
 
     batch, q_len = query.shape[0], query.shape[2]
@@ -380,10 +481,23 @@ def _varlen_attention(torch, plan, query, key, value, scaling):
     else:
         packed = hopattn.varlen_attention(q, k, v, idx.cu_seqlens_q, idx.cu_seqlens_k, idx.max_seqlen_q,
                                           idx.max_seqlen_k, causal=plan.causal, softmax_scale=scaling,
-                                          deterministic=torch.are_deterministic_algorithms_enabled())
+                                          deterministic=torch.are_deterministic_algorithms_enabled(),
+                                          **_kernel_options(None if plan.left is None else (plan.left, 0),
+                                                            softcap))
         if v_head_dim != head_dim:
             packed = packed[..., :v_head_dim]
     return _repad(torch, packed, idx.q_batch, idx.q_pos, batch, q_len)
+
+
+def _kernel_options(window, softcap):
+    """The window_size / softcap keyword arguments of hopattn.attention / varlen_attention, only those
+    that are set (a call without them is the plain one)."""
+    options = {}
+    if window is not None:
+        options["window_size"] = window
+    if softcap is not None:
+        options["softcap"] = softcap
+    return options
 
 
 def _tracing(torch):
@@ -411,8 +525,12 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
             f"hopattn attention: dropout={dropout} is not supported (hopattn has no attention dropout); "
             "set the model config's attention_dropout to 0.0 or use attn_implementation='sdpa'"
         )
-    if kwargs.get("softcap") is not None:
-        raise NotImplementedError("hopattn attention: softcap is not supported; use attn_implementation='eager'")
+    softcap = kwargs.pop("softcap", None)  # (sdpa, the fallback, refuses any softcap but None)
+    if softcap is not None:
+        from hopattn import ops
+
+        softcap = ops._check_softcap(softcap)  # a finite float >= 0, else ValueError naming softcap
+        softcap = softcap if softcap > 0 else None  # 0: off, as in FlashAttention
     for sink in ("s_aux", "sinks"):
         if kwargs.get(sink) is not None:
             raise NotImplementedError(f"hopattn attention: attention sinks ({sink}) are not supported")
@@ -425,10 +543,11 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
     is_causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     if kwargs.get("position_bias") is not None:
         return _fallback("position_bias", tracing, module, query, key, value, attention_mask, dropout, scaling,
-                         is_causal, kwargs)
+                         is_causal, kwargs, softcap)
 
     batch, heads_q, q_len = query.shape[0], query.shape[1], query.shape[2]
     kv_len = key.shape[2]
+    window = None
     if attention_mask is None:
         # As sdpa: causal only for more than one query (one decode query sees the whole cache).
         causal = bool(q_len > 1 and is_causal)
@@ -440,11 +559,19 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
             value = value[:, :, :q_len]
         elif causal and kv_len < q_len:
             return _fallback("causal_kv_shorter_than_q", tracing, module, query, key, value, attention_mask,
-                             dropout, scaling, is_causal, kwargs)
+                             dropout, scaling, is_causal, kwargs, softcap)
+        sliding_window = kwargs.get("sliding_window")
+        if sliding_window is not None and is_causal and key.shape[2] > sliding_window:
+            # Transformers' flash-attention convention (modeling_flash_attention_utils): a causal layer
+            # with sliding_window=w sees its own key and the w - 1 before it, FlashAttention's
+            # window_size=(w - 1, 0) (it passes (w - 1, w - 1) with causal, whose right bound FA reads
+            # as 0), the same keys as transformers' sliding_window_causal_mask_function(w) masks show
+            # (kv_idx > q_idx - w). With a mask, the window is read from the mask instead.
+            window = (operator.index(sliding_window) - 1, 0)
     else:
         if tracing:  # the mask's contents cannot be read while tracing
             return _fallback("mask_while_tracing", tracing, module, query, key, value, attention_mask, dropout,
-                             scaling, is_causal, kwargs)
+                             scaling, is_causal, kwargs, softcap)
         decision = _mask_decision(torch, attention_mask, batch, heads_q, q_len, kv_len)
         if decision is None:
             plan = _cached(attention_mask, q_len, "padding",
@@ -455,11 +582,13 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
                 reason = "padding_mask_not_cuda"
             else:  # with or without a gradient: varlen_attention is differentiable
                 _count("varlen")
-                return _varlen_attention(torch, plan, query, key, value, scaling), None
+                return _varlen_attention(torch, plan, query, key, value, scaling, softcap), None
             return _fallback(reason, tracing, module, query, key, value, attention_mask, dropout, scaling,
-                             is_causal, kwargs)
-        kind, keys = decision
+                             is_causal, kwargs, softcap)
+        kind, keys, left = decision
         causal = kind == "causal" and q_len > 1  # one query: bottom-right causal is all its keys
+        if left is not None:
+            window = (left, 0)  # read from the mask (for transformers' masks: sliding_window - 1)
         if keys < kv_len:
             key = key[:, :, :keys]
             value = value[:, :, :keys]
@@ -480,7 +609,8 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
     if not tracing:
         _count("kernel")
     out = hopattn.attention(q, k, v, causal=causal, softmax_scale=scaling,
-                            deterministic=torch.are_deterministic_algorithms_enabled())
+                            deterministic=torch.are_deterministic_algorithms_enabled(),
+                            **_kernel_options(window, softcap))
     if v_head_dim != head_dim:
         out = out[..., :v_head_dim]
     return out, None

@@ -14,6 +14,7 @@
 #include "api/problem.hpp"
 #include "sm90/bwd/kernel.cuh"
 #include "sm90/bwd/prepost.cuh"
+#include "sm90/bwd/softcap_main.hpp"
 #include "sm90/bwd/workspace.hpp"
 #include "sm90/bwd_launch.hpp"
 #include "sm90/launch_util.hpp"
@@ -21,9 +22,9 @@
 namespace hopattn::sm90 {
 namespace bwd {
 
-template <DType kDType, int kHeadDim, bool kCausal, bool kLocal = false>
+template <DType kDType, int kHeadDim, bool kCausal, bool kLocal = false, bool kSoftcap = false>
 cudaError_t launch_main(const AttnBackwardProblem& bp, const WorkspaceLayout& w, char* ws, cudaStream_t stream) {
-  using Cfg = BwdConfig<kDType, kHeadDim, kCausal, kLocal>;
+  using Cfg = BwdConfig<kDType, kHeadDim, kCausal, kLocal, kSoftcap>;
   using K = BwdKernel<Cfg>;
   const AttnProblem& p = bp.fwd;
   typename K::Params params{};
@@ -96,8 +97,10 @@ cudaError_t run_bwd(const AttnBackwardProblem& bp, void* workspace, cudaStream_t
     bwd::bwd_preprocess_kernel<Element, kHeadDim><<<unsigned(row_grid), 256, 0, stream>>>(pp);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
     // Windowed problems run the local kernel (run-time bounds), causal ones the causal kernel.
+    // Softcapped ones run the softcap kernel, itself a local one (its own unit: bwd/softcap_main.hpp).
     const bool local = p.window_left >= 0 || (p.window_right >= 0 && !p.causal);
-    cudaError_t e = local      ? bwd::launch_main<kDType, kHeadDim, true, true>(bp, w, ws_bytes, stream)
+    cudaError_t e = p.softcap > 0.f ? bwd::launch_softcap_main<kDType, kHeadDim>(bp, w, ws_bytes, stream)
+                    : local      ? bwd::launch_main<kDType, kHeadDim, true, true>(bp, w, ws_bytes, stream)
                     : p.causal ? bwd::launch_main<kDType, kHeadDim, true>(bp, w, ws_bytes, stream)
                                : bwd::launch_main<kDType, kHeadDim, false>(bp, w, ws_bytes, stream);
     if (e != cudaSuccess) return e;

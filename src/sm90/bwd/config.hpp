@@ -25,13 +25,17 @@ namespace hopattn::sm90::bwd {
 //   head_dim for dV, dK and dQ (2 x 64 fp32 per thread for dK, dV). See docs/design-backward.md.
 // kLocal_ (with kCausal_): a sliding window with run-time bounds; a separate instantiation so that the
 // causal kernels keep compile-time bounds (as the forward's, tile_shape.hpp).
-template <DType kDType, int kHeadDim_, bool kCausal_, bool kLocal_ = false>
+// kSoftcap_ (with kLocal_): softcapped scores, and dS times the cap's derivative; like the forward,
+// only in the local kernel (unbounded run-time bounds for a problem without a window).
+template <DType kDType, int kHeadDim_, bool kCausal_, bool kLocal_ = false, bool kSoftcap_ = false>
 struct BwdConfig {
   static_assert(kHeadDim_ == 64 || kHeadDim_ == 128 || kHeadDim_ == 256, "backward head_dim must be 64, 128 or 256");
   using Element = typename ws::ElementOf<kDType>::type;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr bool kCausal = kCausal_;  // masked: causal, or a window (kLocal)
   static constexpr bool kLocal = kCausal_ && kLocal_;
+  static constexpr bool kSoftcap = kSoftcap_;
+  static_assert(!kSoftcap || kLocal, "softcapping lives in the local (run-time window) kernel only");
   static constexpr bool kSplitHeadDim = kHeadDim == 256;
   // Queries per step: the N of the S^T / dP^T GEMMs and the K of the dK / dV GEMMs. d128: 64 keeps
   // the transposed scores (32 fp32 per thread each) beside dK and dV (2 x 64 per thread). d64: dK

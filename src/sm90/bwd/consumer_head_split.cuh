@@ -105,8 +105,10 @@ __device__ __forceinline__ void consume_head_split(const typename BwdKernel<Cfg>
           ws::wgmma_issue<true>(mma_sdp, op.k, op.q(_, _, _, st.index()), tSrS);
           release_staged();
           warpgroup_wait<0>();
-          scores_to_probs<Cfg::kCausal, Cfg::kLocal>(tSrS, tScS, op.lse(_, st.index()), key0, m * kBlockM, si.seqlen_k, lo_offset, hi_offset,
-                                        Mainloop::step_needs_mask(si, blk.n_block, m), mp.scale_log2);
+          scores_to_probs<Cfg::kCausal, Cfg::kLocal, Cfg::kSoftcap>(tSrS, tScS, op.lse(_, st.index()), key0, m * kBlockM,
+                                                                    si.seqlen_k, lo_offset, hi_offset,
+                                                                    Mainloop::step_needs_mask(si, blk.n_block, m),
+                                                                    mp.scale_log2, mp.softcap);
           ws::convert_fragment(tSrS, tPrP);
           copy(store_tile, thr_store.retile_S(tPrP), thr_store.partition_D(tile_buf(ss.p.data(), buf)));
           cutlass::arch::fence_view_async_shared();  // generic-proxy stores -> WGMMA (async proxy)
@@ -132,6 +134,15 @@ __device__ __forceinline__ void consume_head_split(const typename BwdKernel<Cfg>
             const float d = op.dpsum(get<1>(c_rc(0, c)), st.index());
             CUTE_UNROLL
             for (int r = 0; r < size<0>(dp_rc); ++r) dp_rc(r, c) = static_cast<float>(p_rc(r, c)) * (dp_rc(r, c) - d);
+          }
+          if constexpr (Cfg::kSoftcap) {  // dS^T *= 1 - tanh^2 (softcap_grad), t from the 16-bit P
+            CUTE_UNROLL
+            for (int c = 0; c < size<1>(dp_rc); ++c) {
+              const float lse = op.lse(get<1>(c_rc(0, c)), st.index());
+              CUTE_UNROLL
+              for (int r = 0; r < size<0>(dp_rc); ++r)
+                dp_rc(r, c) *= softcap_grad(static_cast<float>(p_rc(r, c)), lse, mp.softcap_t);
+            }
           }
           ws::convert_fragment(tSrS, tPrP);
           copy(store_tile, thr_store.retile_S(tPrP), thr_store.partition_D(tile_buf(ss.ds.data(), buf)));

@@ -69,8 +69,10 @@ __device__ __forceinline__ void consume_key_split(const typename BwdKernel<Cfg>:
         ws::wgmma_issue<true>(mma_sdp, op.v, op.dout(_, _, _, st.index()), tdPrdP);
         warpgroup_wait<1>();  // S^T done; dP^T may still run
 
-        scores_to_probs<Cfg::kCausal, Cfg::kLocal>(tSrS, tScS, op.lse(_, st.index()), key0, m * kBlockM, si.seqlen_k, lo_offset, hi_offset,
-                                      Mainloop::step_needs_mask(si, blk.n_block, m), mp.scale_log2);
+        scores_to_probs<Cfg::kCausal, Cfg::kLocal, Cfg::kSoftcap>(tSrS, tScS, op.lse(_, st.index()), key0, m * kBlockM,
+                                                                  si.seqlen_k, lo_offset, hi_offset,
+                                                                  Mainloop::step_needs_mask(si, blk.n_block, m),
+                                                                  mp.scale_log2, mp.softcap);
         warpgroup_wait<0>();  // dP^T done
         // dS^T = P^T * (dP^T - D), in place of dP^T.
         auto s_rc = ws::acc_rowcol(tSrS);
@@ -80,6 +82,14 @@ __device__ __forceinline__ void consume_key_split(const typename BwdKernel<Cfg>:
           const float d = op.dpsum(get<1>(c_rc(0, c)), st.index());
           CUTE_UNROLL
           for (int r = 0; r < size<0>(dp_rc); ++r) dp_rc(r, c) = s_rc(r, c) * (dp_rc(r, c) - d);
+        }
+        if constexpr (Cfg::kSoftcap) {  // dS^T *= 1 - tanh^2 (softcap_grad)
+          CUTE_UNROLL
+          for (int c = 0; c < size<1>(dp_rc); ++c) {
+            const float lse = op.lse(get<1>(c_rc(0, c)), st.index());
+            CUTE_UNROLL
+            for (int r = 0; r < size<0>(dp_rc); ++r) dp_rc(r, c) *= softcap_grad(s_rc(r, c), lse, mp.softcap_t);
+          }
         }
 
         // dV += P^T dO and dK += dS^T Q, both with A from registers.

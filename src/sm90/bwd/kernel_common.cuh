@@ -130,11 +130,16 @@ __device__ __forceinline__ void bulk_wait_complete() {
 // <= j <= i + hi_offset (the window: lo_offset = d - left, hi_offset = d + right, d = seqlen_k -
 // seqlen_q); hidden entries become 0 (lse is +inf for padded and key-less rows, so their columns
 // vanish too). `coords` maps fragment positions to (key, query) within the tile.
-template <bool kCausal, bool kLocal, class Frag, class Coords, class RowTensor>
+// kSoftcap: the scores are capped first, as in the forward (ws::Softcap).
+template <bool kCausal, bool kLocal, bool kSoftcap, class Frag, class Coords, class RowTensor>
 __device__ __forceinline__ void scores_to_probs(Frag& s_t, const Coords& coords, const RowTensor& lse_row, int key0,
                                                 int query0, int seqlen_k, int lo_offset, int hi_offset, bool needs_mask,
-                                                float scale_log2) {
+                                                float scale_log2, const ws::Softcap& cap) {
   using namespace cute;
+  if constexpr (kSoftcap) {
+    CUTE_UNROLL
+    for (int i = 0; i < size(s_t); ++i) s_t(i) = cap(s_t(i));
+  }
   auto s_rc = ws::acc_rowcol(s_t);
   auto c_rc = ws::acc_rowcol(coords);
   CUTE_UNROLL
@@ -153,6 +158,16 @@ __device__ __forceinline__ void scores_to_probs(Frag& s_t, const Coords& coords,
       s_rc(r, c) = ws::fast_exp2(s * scale_log2 - lse);
     }
   }
+}
+
+// Softcap's factor in dS: d(c tanh(x / c)) / dx = 1 - t^2. t is recovered from the probability,
+// P = exp2(c log2(e) t - lse_log2), as t = (log2 P + lse_log2) * t_scale with t_scale = 1 / (c log2(e)),
+// so no fragment of t stays live across the dP GEMM (the registers are full). P = 0 (masked, or
+// underflowed) gives 0: dS = P (dP - D) is 0 there anyway, and log2(0) = -inf would make it NaN.
+__device__ __forceinline__ float softcap_grad(float p, float lse_log2, float t_scale) {
+  if (!(p > 0.f)) return 0.f;
+  const float t = (__log2f(p) + lse_log2) * t_scale;
+  return 1.f - t * t;
 }
 
 // Writes one warpgroup's (keys, head_dim) gradient tile, times `scale`, rows past seqlen_k clipped.

@@ -167,6 +167,8 @@ struct BwdMainloop {
     const int32_t* used_k;
     RowLayout row_layout;
     int window_left, window_right;  // the masked kernels' bounds, as the forward's (ws/mask.cuh)
+    ws::Softcap softcap;            // the kSoftcap kernel's: ws::Softcap::make
+    float softcap_t;                // 1 / (softcap log2(e)): see softcap_grad
   };
 
   // One batch entry's place in the tensors and the workspace, and its lengths (see the forward's
@@ -225,7 +227,8 @@ struct BwdMainloop {
                   make_tma_copy(SM90_TMA_LOAD{}, rows(dpsum), Layout<Shape<BM>>{}, Shape<BM>{}, _1{}),
                   sq, sk, int(rl.head_stride), hq, hk, b, int(pr.group()), pr.scale * 1.4426950408889634f,
                   rows_q, rows_k, bext, pr.cu_seqlens_q, pr.cu_seqlens_k, pr.seqused_q, pr.seqused_k, rl,
-                  w.left, w.right};
+                  w.left, w.right, ws::Softcap::make(pr.softcap, pr.scale),
+                  pr.softcap > 0.f ? 1.f / (pr.softcap * 1.4426950408889634f) : 0.f};
   }
 
   // Query blocks [m_begin, m_end) see at least one key of key block n_block (masked: query i sees

@@ -80,4 +80,19 @@ inline HOPATTN_HOST_DEVICE int keys_per_split(int len_k, int splits) {
   return (share + kStepKeys - 1) / kStepKeys * kStepKeys;
 }
 
+// The keys [window_key_begin, window_key_end) that query i of a sequence with sq queries and len_k
+// keys sees under the normalised window (left, right; -1 unbounded, causal is right = 0):
+// visible_keys's rule (api/problem.hpp) in int, as len_k and sq are at most 2^30. The int64 bounds
+// are compared before any arithmetic, so no bound overflows; without a window, 0 and len_k.
+inline HOPATTN_HOST_DEVICE int window_key_begin(int i, int sq, int len_k, int64_t left) {
+  const int diag = i - sq + len_k;
+  return left < 0 || left >= diag ? 0 : diag - static_cast<int>(left);
+}
+inline HOPATTN_HOST_DEVICE int window_key_end(int i, int sq, int len_k, int64_t right) {
+  const int diag = i - sq + len_k;  // right < len_k - diag - 1 = sq - i - 1 below: fits an int
+  if (right < 0 || right >= len_k - diag - 1) return len_k;
+  const int end = diag + static_cast<int>(right) + 1;
+  return end > 0 ? end : 0;
+}
+
 }  // namespace hopattn::sm90::decode

@@ -29,10 +29,12 @@ inline int blocks_per_sm(int64_t head_dim, int row_tiles) {
   return static_cast<int>(std::max<int64_t>(1, kSmemPerSm / (smem + kSmemReservedPerBlock)));
 }
 
-// `blocks_per_split`: thread blocks per split (batch * heads_kv * row blocks); `capacity`: keys a
-// sequence can hold (the host does not know cache_seqlens, which live on the device); `slots`:
-// the wave the split decision fills, one block per SM (plan_decode); `requested`:
-// KvCacheArgs::num_splits. A forced count is clamped to the capacity's 64-key steps and kMaxSplits.
+// `blocks_per_split`: thread blocks per split (batch * heads_kv * row blocks); `capacity`: the most
+// keys the kernel splits for one sequence (the host does not know cache_seqlens, which live on the
+// device): the cache capacity, or fewer under a window with a left bound
+// (KvCacheProblem::max_window_keys); `slots`: the wave the split decision fills, one block per SM
+// (plan_decode); `requested`: KvCacheArgs::num_splits. A forced count is clamped to the capacity's
+// 64-key steps and kMaxSplits.
 //
 // The kernel is bound by HBM, and a partly filled last wave leaves most SMs idle while it streams
 // its keys, so the heuristic looks at wave efficiency, (blocks / slots) / ceil(blocks / slots):
@@ -83,7 +85,9 @@ inline DecodePlan plan_decode(const KvCacheProblem& p, int num_sms) {
   // resident block, as each 16-key chunk waits on a page-table load first and one 4-warp block per
   // SM cannot hide that (batch 8: 2 splits 3.6 TB/s against 4 splits 4.0-4.3 at 32k-128k).
   const int64_t slots = p.paged ? static_cast<int64_t>(num_sms) * blocks_per_sm(p.head_dim, plan.row_tiles) : num_sms;
-  plan.num_splits = choose_num_splits(blocks_per_split, p.capacity, slots, p.num_splits);
+  // A window with a left bound caps the keys of a sequence (seqlen_q + left): a 4k window over a
+  // 128k cache is split as 4k keys, not 128k.
+  plan.num_splits = choose_num_splits(blocks_per_split, p.max_window_keys(), slots, p.num_splits);
   plan.blocks = blocks_per_split * plan.num_splits;
   plan.workspace = workspace_bytes(p.batch * p.heads_q * p.seqlen_q, p.head_dim, plan.num_splits);
   return plan;

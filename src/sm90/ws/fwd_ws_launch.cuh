@@ -34,9 +34,12 @@ cudaError_t launch_ws_config(const Problem& prob, const AttnProblem& pr, cudaStr
   params.order = {int(num_m_blocks), int(pr.heads_q), int(pr.batch), false};
   if constexpr (Cfg::kCausalMask) {
     params.order.snake = heuristics::causal_snake_order(pr.seqlen_q);
-    // Varlen tiles past a sequence's end are skipped, so folded units would not cost the same. The
-    // FP8 kernels are not measured with it yet.
-    params.order.fold = Cfg::kPersistent && !Cfg::kVarlen && !Cfg::kFp8 && heuristics::causal_fold_order(Cfg::kBlockM);
+    // The FP8 kernels are not measured with it yet.
+    params.order.fold = Cfg::kPersistent && !Cfg::kFp8 && heuristics::causal_fold_order(Cfg::kBlockM);
+  }
+  if constexpr (Cfg::kVarlen) {  // VarlenTileScheduler counts the real tiles from cu_seqlens_q
+    params.order.cu_q = pr.cu_seqlens_q;
+    params.order.rows_q = int(pr.total_q);
   }
 
   int grid = params.order.num_tiles();
@@ -54,10 +57,10 @@ cudaError_t launch_ws_config(const Problem& prob, const AttnProblem& pr, cudaStr
 
 // Launches one configuration; kFlags picks the stage (kStageA/B/C in tile_shape.hpp).
 template <DType kDType, int kHeadDim, bool kCausal, unsigned kFlags, int kBlockNOverride = 0, bool kVarlen = false,
-          bool kLocal = false>
+          bool kLocal = false, bool kSoftcap = false>
 cudaError_t launch_fwd_ws(const AttnProblem& pr, cudaStream_t stream) {
-  return launch_ws_config<FwdWsConfig<kDType, kHeadDim, kCausal, kFlags, kBlockNOverride, kVarlen, kLocal>>(pr, pr,
-                                                                                                          stream);
+  return launch_ws_config<FwdWsConfig<kDType, kHeadDim, kCausal, kFlags, kBlockNOverride, kVarlen, kLocal, kSoftcap>>(
+      pr, pr, stream);
 }
 
 // A window other than causal's (a left bound, or a right one without causal): the local kernels.
@@ -86,6 +89,7 @@ cudaError_t run_fwd_ws(const AttnProblem& pr, cudaStream_t stream) {
   } else {
     if (pr.dtype != kDType || pr.head_dim != kHeadDim) return cudaErrorInvalidValue;
     if (!ws_indices_fit(pr)) return cudaErrorNotSupported;
+    if (pr.softcap != 0.f) return cudaErrorNotSupported;  // run_fwd_softcap (fwd_softcap_launch.cuh)
     // Windowed problems run the local kernels (run-time bounds), causal ones the causal kernels.
     if (needs_local_kernel(pr)) {
       return pr.varlen() ? launch_fwd_ws<kDType, kHeadDim, true, kFlags, kBlockNOverride, true, true>(pr, stream)

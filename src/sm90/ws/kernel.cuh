@@ -6,6 +6,8 @@
 // First: it enables CuTe's extended WGMMA N shapes, which must precede any CuTe include.
 #include "sm90/ws/tile_shape.hpp"
 
+#include <type_traits>
+
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 #include <cutlass/arch/reg_reconfig.h>
@@ -22,7 +24,9 @@ template <class Cfg>
 struct FwdWsKernel {
   using Mainloop = FwdMainloop<Cfg>;
   using Epilogue = FwdEpilogue<Cfg, Mainloop>;
-  using Scheduler = StaticTileScheduler<Cfg::kCausalMask, Cfg::kPersistent, Cfg::kSnake>;
+  static_assert(!Cfg::kVarlen || Cfg::kPersistent, "varlen tiles are found by the persistent CTAs themselves");
+  using Scheduler = std::conditional_t<Cfg::kVarlen, VarlenTileScheduler<Cfg::kCausalMask, Cfg::kBlockM>,
+                                       StaticTileScheduler<Cfg::kCausalMask, Cfg::kPersistent, Cfg::kSnake>>;
   using SharedStorage = typename Mainloop::SharedStorage;
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
   static_assert(kSmemBytes <= 227 * 1024, "tile does not fit in shared memory");
@@ -72,7 +76,7 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
   if (warp_group == 0) {
     cutlass::arch::warpgroup_reg_dealloc<Cfg::kProducerRegs>();
     if (cutlass::canonical_warp_idx_sync() % 4 != 0) return;
-    const typename K::Scheduler sched{params.order};
+    typename K::Scheduler sched{params.order};
     // elect.sync picks lane 0 (the warp is converged at every call), the thread named is_leader
     // above; electing rather than testing the lane id keeps TMA operands in uniform registers,
     // and re-electing at each use keeps the predicate out of the 24-register producer budget.
@@ -138,7 +142,7 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
     __syncwarp();
   } else {
     cutlass::arch::warpgroup_reg_alloc<Cfg::kConsumerRegs>();
-    const typename K::Scheduler sched{params.order};
+    typename K::Scheduler sched{params.order};
     const int thread_idx = threadIdx.x - 128;
     const int wg = thread_idx / 128;
     typename Mainloop::TiledMmaPV mma_pv;

@@ -194,6 +194,7 @@ struct FwdMainloop {
     const int32_t* used_q;
     const int32_t* used_k;
     int window_left, window_right;  // the masked kernels' bounds (mask.cuh: make_window)
+    Softcap softcap;                // read by the kSoftcap kernels only
   };
 
   // Where one batch entry's rows live in the tensors and how many of them take part.
@@ -255,7 +256,7 @@ struct FwdMainloop {
              make_tma_copy(SM90_TMA_LOAD{}, mVt, take<0, 2>(SmemLayoutVt{}), Shape<HD, BN>{}, _1{}),
              sq, sk, hq, hk, b, int(pr.group()), pr.scale, pr.scale * 1.4426950408889634f, {},
              rows_q, rows_k, bext, pr.cu_seqlens_q, pr.cu_seqlens_k, pr.seqused_q, pr.seqused_k,
-             w.left, w.right};
+             w.left, w.right, Softcap::make(pr.softcap, pr.scale)};
     if constexpr (kFp8) {
       p.descale = {prob.q_descale, prob.k_descale, prob.v_descale,
                    {prob.q_descale_stride[0], prob.q_descale_stride[1], prob.q_descale_stride[2]},
@@ -457,6 +458,11 @@ struct FwdMainloop {
       if constexpr (kFp8) block_c = softmax.block_scale(n_block * kBlockN / fp8::kQuantBlock);
     };
     auto masked_softmax = [&](int n_block, float (&factor)[kRowsPerThread]) {
+      // Softcap before the mask, so that masked scores stay -inf.
+      if constexpr (Cfg::kSoftcap) {
+        CUTE_UNROLL
+        for (int i = 0; i < size(tSrS); ++i) tSrS(i) = p.softcap(tSrS(i));
+      }
       if (mask.block_needs_mask(m_block, n_block)) mask.apply(s_rc, c_rc, m_block, n_block);
       if constexpr (kFp8) softmax.update(s_rc, factor, block_c);
       else softmax.update(s_rc, factor);

@@ -5,6 +5,10 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
+#include <cute/config.hpp>
+
 namespace hopattn::sm90::ws {
 
 struct WorkTile {
@@ -32,6 +36,9 @@ struct TileOrder {
   int num_m_blocks, heads, batch;
   bool snake;  // persistent round-robin alternates direction (kBitSnake builds only)
   bool fold = false;  // causal, persistent: folded units (above); overrides snake
+  // Varlen (VarlenTileScheduler): cu_seqlens_q and the packed rows; num_m_blocks is the max's.
+  const int32_t* cu_q = nullptr;
+  int rows_q = 0;
 
   __host__ __device__ int num_tiles() const { return num_m_blocks * heads * batch; }
   __host__ __device__ int units_per_head() const { return (num_m_blocks + 1) / 2; }
@@ -97,6 +104,92 @@ struct StaticTileScheduler {
       if (order.fold) return 2 * ((r >> 1) * g + b) + (r & 1);  // < 2 * (num_units + g) <= INT_MAX
     }
     return r * g + ((kSnake && order.snake && (r & 1)) ? g - 1 - b : b);  // < num_tiles + 2g <= INT_MAX
+  }
+};
+
+// Varlen (packed) batches: only real tiles, numbered consecutively sequence by sequence, so that the
+// round-robin hands every CTA about the same work whatever the lengths. (The max_seqlen-sized slot
+// grid of TileOrder gives each sequence max_seqlen_q / kBlockM slots per head, and the slots past
+// its end, skipped but still taking their turn, land the real tiles unevenly on CTAs: a causal mix
+// of 128..8k ran 14% slower than the same tokens in fixed-length batches, docs/perf-notes.md.)
+// The host cannot count the tiles without reading cu_seqlens back, so the device does: a warp finds
+// the sequence holding a work index by a prefix sum over 32 sequences' tile counts at a time,
+// resuming from where its previous lookup stopped (a CTA's indices only grow), so a CTA scans the
+// batch once in all. Within a sequence, tiles of one head are adjacent (their K/V share L2); causal
+// ones come in folded units (query blocks u and nb-1-u, TileOrder's fold) that cost the same.
+// Every lane of the calling warp must take part (the producer warp and the consumer warps do).
+template <bool kCausal, int kBlockM>
+struct VarlenTileScheduler {
+  TileOrder<kCausal> order;  // heads, batch, cu_q, rows_q, fold (num_m_blocks: the max, for the grid)
+  int seq = 0;               // the sequence the last lookup stopped at
+  int seq_base = 0;          // its first work index
+  WorkTile cur{};            // the last lookup's tile
+
+  __device__ int first() const { return index_of(0); }
+  __device__ int next(int k) const { return index_of(k + 1); }
+  __device__ WorkTile tile(int) const { return cur; }
+  static int grid_size(const TileOrder<kCausal>& o, int num_sms) {
+    const int n = (kCausal && o.fold) ? o.num_units() : o.num_tiles();  // upper bounds
+    return n < num_sms ? n : num_sms;
+  }
+
+  // Locates work index idx (>= the previous lookup's): false once it is past the last tile.
+  __device__ bool valid(int idx) {
+    const int lane = static_cast<int>(threadIdx.x % 32);
+    for (; seq < order.batch; seq += 32) {
+      const int b = seq + lane;
+      const int count = b < order.batch ? indices_of(query_blocks(b)) : 0;
+      int incl = count;  // inclusive prefix sum over the warp's 32 sequences
+      CUTE_UNROLL
+      for (int s = 1; s < 32; s <<= 1) {
+        const int up = __shfl_up_sync(0xffffffffu, incl, s);
+        if (lane >= s) incl += up;
+      }
+      const int total = __shfl_sync(0xffffffffu, incl, 31);
+      if (idx < seq_base + total) {
+        const int hit = __ffs(__ballot_sync(0xffffffffu, seq_base + incl > idx)) - 1;
+        const int nb = __shfl_sync(0xffffffffu, query_blocks(b), hit);  // recomputed, not kept live
+        seq_base += __shfl_sync(0xffffffffu, incl - count, hit);
+        seq += hit;
+        cur = tile_in(idx - seq_base, nb);
+        cur.batch = seq;
+        return true;
+      }
+      seq_base += total;
+    }
+    return false;
+  }
+
+ private:
+  // Query blocks of sequence b: its rows (clamped as FwdMainloop::seq_info clamps them) over kBlockM.
+  __device__ int query_blocks(int b) const {
+    if (b >= order.batch) return 0;
+    const int oq = min(max(__ldg(order.cu_q + b), 0), order.rows_q);
+    const int lq = min(max(__ldg(order.cu_q + b + 1) - oq, 0), order.rows_q - oq);
+    return (lq + kBlockM - 1) / kBlockM;
+  }
+  __device__ int indices_of(int nb) const {
+    return (kCausal && order.fold) ? 2 * ((nb + 1) / 2) * order.heads : nb * order.heads;
+  }
+  __device__ WorkTile tile_in(int i, int nb) const {
+    WorkTile t{};
+    if (kCausal && order.fold) {
+      const int half = i & 1, upb = (nb + 1) / 2;
+      const int unit = i >> 1;
+      const int u = unit % upb;
+      t.head = unit / upb;
+      const int m_long = nb - 1 - u;
+      t.m_block = half == 0 ? m_long : (u == m_long ? -1 : u);
+    } else {
+      t.m_block = kCausal ? nb - 1 - i % nb : i % nb;  // causal: longest first
+      t.head = i / nb;
+    }
+    return t;
+  }
+  __device__ int index_of(int r) const {
+    const int g = static_cast<int>(gridDim.x), b = static_cast<int>(blockIdx.x);
+    if (kCausal && order.fold) return 2 * ((r >> 1) * g + b) + (r & 1);
+    return r * g + b;
   }
 };
 

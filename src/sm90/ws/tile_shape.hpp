@@ -64,8 +64,12 @@ struct WsSchedule {
 // were runtime branches (measured on the H200, docs/perf-notes.md).
 // kLocal_ (with kCausal): a sliding window with run-time bounds (ws/mask.cuh). Also separate: as run-time
 // bounds inside the causal kernel it cost d64 causal 4-12% (41 LDL/STL in its SASS, docs/design-window.md).
+// kSoftcap_ (with kLocal_): scores capped as softcap * tanh(score / softcap) before the mask. Only the
+// local kernels have it (a problem without a window runs them with unbounded run-time bounds), so a
+// softcap costs 2 instantiations per (dtype, head dim) and none of the other kernels change: as a
+// run-time branch it cost d64 causal 7-10% and 45 LDL/STL (commit 61f1ab7).
 template <DType kDType, int kHeadDim_, bool kCausal, unsigned kFlags = kStageE, int kBlockNOverride = 0,
-          bool kVarlen_ = false, bool kLocal_ = false>
+          bool kVarlen_ = false, bool kLocal_ = false, bool kSoftcap_ = false>
 struct FwdWsConfig : WsSchedule<kFlags> {
   static_assert(kHeadDim_ == 64 || kHeadDim_ == 128 || kHeadDim_ == 256, "head_dim must be 64, 128 or 256");
   static_assert(kDType == DType::kBF16 || kDType == DType::kFP16, "16-bit inputs only");
@@ -100,6 +104,8 @@ struct FwdWsConfig : WsSchedule<kFlags> {
   static constexpr bool kCausalMask = kCausal;
   static constexpr bool kVarlen = kVarlen_;
   static constexpr bool kLocal = kCausal && kLocal_;
+  static constexpr bool kSoftcap = kSoftcap_;
+  static_assert(!kSoftcap || kLocal, "softcapping lives in the local (run-time window) kernels only");
 
   // Separate O buffer only where Q + 2 stages of K and V + O fit in 227 KB (minus ~1 KB for the
   // barriers): d64 and d128 causal do; d128 at N=176 and d256 do not, and reuse Q's buffer for O.
@@ -141,6 +147,7 @@ struct Fp8FwdConfig : WsSchedule<kFlags> {
   static constexpr bool kCausalMask = kCausal;
   static constexpr bool kVarlen = false;
   static constexpr bool kLocal = false;
+  static constexpr bool kSoftcap = false;
   static constexpr int kElementBytes = 1;
   // O is 16-bit and Q 8-bit: O never fits Q's buffer, so it always has its own.
   static constexpr bool kSeparateO = true;
