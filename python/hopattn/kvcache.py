@@ -12,6 +12,9 @@ import operator
 
 from . import _lib
 from .ops import (
+    _NO_TENSOR,
+    _PACK_ERRORS,
+    _packer,
     NO_WINDOW,
     _check_numpy_inputs,
     _check_scale,
@@ -88,6 +91,64 @@ def _args(tensor, q, k_cache, v_cache, cache_seqlens, page_table, k, v, out, lse
         opt("k", k), opt("v", v), tensor("out", out), opt("lse", lse),
         causal, softmax_scale, num_splits, check_index_values, window,
     )
+
+
+# The CUDA route's HopattnKvcacheArgs in one struct.pack_into (as hopattn.attention's direct path,
+# ops._fwd_args): building nine ctypes HopattnTensors cost most of the call's ~70 µs of Python.
+# The packer is checked byte for byte against the ctypes constructor once (ops._packer); None keeps
+# the constructor path.
+_kv_pack = []  # [pack_into or None], built on first use
+
+
+def _kv_packer():
+    if not _kv_pack:
+        # Sample tail: causal, has_softmax_scale, softmax_scale, num_splits, check_index_values,
+        # has_window and bounds that need all 64 bits.
+        _kv_pack.append(_packer(_lib.HopattnKvcacheArgs, 9, (1, 1, 0.5, 3, 1, 1, 1 << 40, -(1 << 35))))
+    return _kv_pack[0]
+
+
+def _fields(t, code):
+    """HopattnTensor's fields for t as _lib.make_tensor fills them (its stride substitutions
+    included), or _NO_TENSOR for None."""
+    if t is None:
+        return _NO_TENSOR
+    sizes = tuple(t.shape)
+    ndim = len(sizes)
+    if ndim > 4:
+        raise ValueError("hopattn tensors have at most 4 dims")
+    strides = t.stride()
+    if 0 in sizes:
+        strides = _lib._contiguous_strides(sizes)
+    elif ndim and sizes[-1] == 1:
+        strides = (*strides[:-1], 1)
+    pad = (0,) * (4 - ndim)
+    return (t.data_ptr(), code, ndim, *sizes, *pad, *strides, *pad)
+
+
+def _packed_args(codes, q, k_cache, v_cache, cache_seqlens, page_table, k, v, out, lse, causal, softmax_scale,
+                 num_splits, check_index_values, window):
+    """_args' struct by one pack_into (torch tensors; codes: dtype code per attention dtype), or None
+    when the packer is unavailable or a value needs ctypes' own conversion (it then decides, as before)."""
+    pack = _kv_packer()
+    qc = codes.get(q.dtype)
+    if pack is None or qc is None:
+        return None
+    i32, f32 = _lib.DTYPE_INT32, _lib.DTYPE_FP32
+    args = _lib.HopattnKvcacheArgs()
+    try:
+        pack(
+            args, 0,
+            *_fields(q, qc), *_fields(k_cache, codes.get(k_cache.dtype, -1)), *_fields(v_cache, codes.get(v_cache.dtype, -1)),
+            *_fields(cache_seqlens, i32), *_fields(page_table, i32),
+            *_fields(k, None if k is None else codes.get(k.dtype, -1)), *_fields(v, None if v is None else codes.get(v.dtype, -1)),
+            *_fields(out, qc), *_fields(lse, f32),
+            1 if causal else 0, *((0, 0.0) if softmax_scale is None else (1, float(softmax_scale))), num_splits,
+            1 if check_index_values else 0, *_lib._window_fields(window),
+        )
+    except _PACK_ERRORS:
+        return None
+    return args
 
 
 def _check_index(name, is_int32, ok_layout, layout):
@@ -170,13 +231,18 @@ def _launch(torch, q, k_cache, v_cache, cache_seqlens, k, v, page_table, causal,
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     lse = q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32) if with_lse else None
     cpu = q.device.type == "cpu"
-    args = _args(functools.partial(_torch_tensor, torch), q, k_cache, v_cache, cache_seqlens, page_table, k, v, out,
-                 lse, causal, softmax_scale, num_splits, False if cpu else check_index_values, window)
+    st = None if cpu else _direct(torch)
+    args = None
+    if not cpu and all(t is None or st.codes.get(t.dtype) is not None for t in (k_cache, v_cache, k, v)):
+        args = _packed_args(st.codes, q, k_cache, v_cache, cache_seqlens, page_table, k, v, out, lse, causal,
+                            softmax_scale, num_splits, check_index_values, window)
+    if args is None:  # the CPU kernel, an unsupported dtype (its error comes from _torch_tensor), or no packer
+        args = _args(functools.partial(_torch_tensor, torch), q, k_cache, v_cache, cache_seqlens, page_table, k, v,
+                     out, lse, causal, softmax_scale, num_splits, False if cpu else check_index_values, window)
     lib = _lib_kvcache()
     if cpu:
         _lib.check(lib.hopattn_attention_with_kvcache_cpu(ctypes.byref(args)), "hopattn KV-cache CPU reference")
         return (out, lse) if with_lse else out
-    st = _direct(torch)
     dev = q.get_device()
     prev = st.exchange_device(dev)  # a no-op when q is on the current device
     try:

@@ -24,6 +24,7 @@
 #    formula and against hopattn.attention on the gathered keys, split counts, determinism, the op
 #    route, torch.compile and CUDA graphs.
 import ctypes
+import functools
 import inspect
 import re
 import shutil
@@ -881,3 +882,40 @@ def test_bench_bytes_formula():
     assert decode.kv_bytes(64, 131072, 8, 128, 2) == 2 * 64 * 131072 * 8 * 128 * 2
     assert decode.gbps(4e9, 1.0) == pytest.approx(4000.0)
     assert decode.gbps(1, None) is None
+
+
+# --- the CUDA route's packed struct ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("batch, paged, new, with_lse, scale, window, splits", [
+    (1, False, False, True, None, (-1, -1), 0),  # batch 1: size-1 cache_seqlens (make_tensor's stride rule)
+    (3, True, True, False, 0.3, (7, 0), 5),
+    (2, False, True, True, 1.5, (1 << 40, 3), 1),
+    (4, True, False, True, None, (0, -1), 64),
+])
+def test_packed_kvcache_args_equal_the_ctypes_constructor(batch, paged, new, with_lse, scale, window, splits):
+    # kvcache._packed_args (one struct.pack_into, the CUDA route's fast path) must give the bytes of
+    # _args over ops._torch_tensor for the same tensors; CPU tensors stand in (only pointers are read).
+    torch = pytest.importorskip("torch")
+    from hopattn import kvcache, ops
+
+    st_codes = ops._direct(torch).codes  # the dtype codes the CUDA route passes
+    q = torch.randn(batch, 2, 8, 64, dtype=torch.bfloat16)
+    if paged:
+        k_cache = torch.randn(11, 16, 2, 64, dtype=torch.bfloat16)
+        page_table = torch.randint(0, 11, (batch, 5), dtype=torch.int32)
+    else:
+        k_cache = torch.randn(batch, 80, 2, 64, dtype=torch.bfloat16)
+        page_table = None
+    v_cache = torch.randn_like(k_cache)
+    seqlens = torch.full((batch,), 9, dtype=torch.int32)
+    k = torch.randn(batch, 2, 2, 64, dtype=torch.bfloat16) if new else None
+    v = torch.randn_like(k) if new else None
+    out = torch.empty_like(q)
+    lse = torch.empty(batch, 8, 2, dtype=torch.float32) if with_lse else None
+    packed = kvcache._packed_args(st_codes, q, k_cache, v_cache, seqlens, page_table, k, v, out, lse, True, scale,
+                                  splits, True, window)
+    assert packed is not None
+    want = kvcache._args(functools.partial(ops._torch_tensor, torch), q, k_cache, v_cache, seqlens, page_table, k, v,
+                         out, lse, True, scale, splits, True, window)
+    assert bytes(packed) == bytes(want)
