@@ -363,13 +363,19 @@ def make_tensor(data_ptr: int, dtype_code: int, sizes, strides) -> HopattnTensor
     ndim = len(sizes)
     if ndim > 4 or len(strides) != ndim:
         raise ValueError("hopattn tensors have at most 4 dims and one stride per dim")
-    # Strides of an empty array, or of a size-1 last dim, address nothing, and numpy reports 0
-    # for them; substitute contiguous values so the library's layout checks see a normal tensor.
-    if 0 in sizes:
-        strides = _contiguous_strides(sizes)
-    elif ndim and sizes[-1] == 1:
-        strides = (*strides[:-1], 1)
+    strides = addressing_strides(sizes, strides)
     return HopattnTensor(data_ptr or None, dtype_code, ndim, _Int64x4(*sizes), _Int64x4(*strides))
+
+
+def addressing_strides(sizes, strides):
+    """The strides the C structs carry: strides of an empty array, or of a size-1 last dim, address
+    nothing, and numpy reports 0 for them; contiguous values are substituted so the library's layout
+    checks see a normal tensor. Shared by make_tensor and the packed-struct fast paths."""
+    if 0 in sizes:
+        return _contiguous_strides(sizes)
+    if sizes and sizes[-1] == 1:
+        return (*strides[:-1], 1)
+    return strides
 
 
 def _contiguous_strides(sizes):

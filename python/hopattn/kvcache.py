@@ -8,7 +8,6 @@
 # tensors); the library checks every argument and its message becomes the exception's.
 import ctypes
 import functools
-import operator
 
 from . import _lib
 from .ops import (
@@ -17,6 +16,7 @@ from .ops import (
     _packer,
     NO_WINDOW,
     _check_numpy_inputs,
+    _check_int64,
     _check_scale,
     _check_torch_inputs,
     _check_window,
@@ -31,7 +31,6 @@ from .varlen import _plain_eager
 
 KVCACHE_LAYOUT = "(batch, seqlen, heads, head_dim)"
 NO_BACKWARD = "hopattn.attention_with_kvcache is forward only (decoding); it has no backward"
-_INT32_LIMIT = 1 << 31
 
 _declared = set()  # ids of the loaded libraries whose KV-cache signatures are set
 
@@ -61,12 +60,7 @@ def _lib_kvcache():
 
 def _check_num_splits(num_splits):
     """An int (not bool) that fits the C struct's int32; the library checks its value."""
-    if isinstance(num_splits, bool) or not hasattr(num_splits, "__index__"):
-        raise TypeError(f"num_splits must be an int, got {type(num_splits).__name__}")
-    num_splits = operator.index(num_splits)
-    if not -_INT32_LIMIT <= num_splits < _INT32_LIMIT:
-        raise _lib.InvalidArgumentError(f"num_splits={num_splits} does not fit in int32")
-    return num_splits
+    return _check_int64("num_splits", num_splits, bits=32)
 
 
 def _check_new(k, v):
@@ -117,11 +111,7 @@ def _fields(t, code):
     ndim = len(sizes)
     if ndim > 4:
         raise ValueError("hopattn tensors have at most 4 dims")
-    strides = t.stride()
-    if 0 in sizes:
-        strides = _lib._contiguous_strides(sizes)
-    elif ndim and sizes[-1] == 1:
-        strides = (*strides[:-1], 1)
+    strides = _lib.addressing_strides(sizes, t.stride())
     pad = (0,) * (4 - ndim)
     return (t.data_ptr(), code, ndim, *sizes, *pad, *strides, *pad)
 

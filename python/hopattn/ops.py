@@ -43,14 +43,15 @@ def _check_scale(softmax_scale):
         raise TypeError(f"softmax_scale must be a float or None, got {type(softmax_scale).__name__}")
 
 
-def _check_int64(name, x):
-    """x as an int (anything with __index__, not bool) that fits a C int64 field: ctypes would
-    silently wrap a larger one. The value itself is the library's to check."""
+def _check_int64(name, x, bits=64):
+    """x as an int (anything with __index__, not bool) that fits a C int64 field (or an int`bits`
+    one): ctypes would silently wrap a larger one. The value itself is the library's to check."""
     if isinstance(x, bool) or not hasattr(x, "__index__"):
         raise TypeError(f"{name} must be an int, got {type(x).__name__}")
     x = operator.index(x)
-    if not -_INT64_LIMIT <= x < _INT64_LIMIT:
-        raise _lib.InvalidArgumentError(f"{name}={x} does not fit in int64")
+    limit = _INT64_LIMIT if bits == 64 else 1 << (bits - 1)
+    if not -limit <= x < limit:
+        raise _lib.InvalidArgumentError(f"{name}={x} does not fit in int{bits}")
     return x
 
 
