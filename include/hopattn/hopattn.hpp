@@ -298,6 +298,9 @@ struct KvCacheArgs {
   // unbounded; with causal, right must be -1 or 0). The GPU kernel reads only the keys some row's
   // window reaches: a 4k window over a 128k cache costs about 4k keys, not 128k.
   Window window;  // default: none
+  // Softcapping as ForwardArgs::softcap (scores become softcap * tanh(scale * q.k / softcap)); 0,
+  // the default, is off. Finite and >= 0.
+  float softcap = 0.f;
   // Key splits per (batch, kv head): 0 picks them from the batch, heads, head_dim and cache
   // capacity so the thread blocks fill whole waves of the GPU (sm90/decode/plan.hpp); >= 1 forces
   // that many (clamped to the 64-key blocks of the keys one sequence can have in its window, at most

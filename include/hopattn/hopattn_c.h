@@ -11,7 +11,7 @@
 extern "C" {
 #endif
 
-#define HOPATTN_ABI_VERSION 7
+#define HOPATTN_ABI_VERSION 8
 
 enum hopattn_status {
   HOPATTN_SUCCESS = 0,
@@ -177,6 +177,7 @@ typedef struct hopattn_kvcache_args {
   int32_t check_index_values;
   int32_t has_window; /* (ABI 7) and the bounds: -1 = unbounded side; with causal, window_right -1 or 0 */
   int64_t window_left, window_right; /* (ABI 7) */
+  float softcap; /* (ABI 8; see KvCacheArgs::softcap) 0: off */
 } hopattn_kvcache_args;
 
 size_t hopattn_attention_with_kvcache_workspace_size(const hopattn_kvcache_args* args);

@@ -8,7 +8,7 @@ from pathlib import Path
 
 # Must equal HOPATTN_ABI_VERSION in hopattn_c.h; checked at load so a stale .so fails loudly
 # instead of misreading structs. 7: hopattn_kvcache_args gained the sliding window.
-ABI_VERSION = 7
+ABI_VERSION = 8
 
 # enum hopattn_dtype
 DTYPE_BF16 = 0
@@ -528,7 +528,7 @@ class HopattnKvcacheArgs(ctypes.Structure):
     (contiguous or paged), int32 cache_seqlens and optional page_table, optional k_new/v_new
     (appended in place) and lse. Optional tensors are left out as HopattnTensor(). ABI 7 appended
     the sliding window (read only when has_window; per sequence with seqlen_k the cache length
-    after the append); there is no softcap field (the KV-cache kernel has no softcapping)."""
+    after the append), ABI 8 the softcap (0: off)."""
 
     _fields_ = [
         ("q", HopattnTensor),
@@ -548,14 +548,15 @@ class HopattnKvcacheArgs(ctypes.Structure):
         ("has_window", ctypes.c_int32),
         ("window_left", ctypes.c_int64),
         ("window_right", ctypes.c_int64),
+        ("softcap", ctypes.c_float),
     ]
 
 
 def make_kvcache_args(q, k_cache, v_cache, cache_seqlens, page_table, k_new, v_new, out, lse, causal: bool,
                       softmax_scale, num_splits: int, check_index_values: bool,
-                      window_size=None) -> HopattnKvcacheArgs:
+                      window_size=None, softcap=0.0) -> HopattnKvcacheArgs:
     """Pack HopattnTensors into HopattnKvcacheArgs; page_table, k_new, v_new and lse may be None;
-    window_size is (left, right) with -1 for unbounded, or None (no window)."""
+    window_size is (left, right) with -1 for unbounded, or None (no window); softcap 0 is off."""
     absent = HopattnTensor
     has_scale, scale = _scale_fields(softmax_scale)
     return HopattnKvcacheArgs(
@@ -566,5 +567,5 @@ def make_kvcache_args(q, k_cache, v_cache, cache_seqlens, page_table, k_new, v_n
         out,
         absent() if lse is None else lse,
         1 if causal else 0, has_scale, scale, num_splits, 1 if check_index_values else 0,
-        *_window_fields(window_size),
+        *_window_fields(window_size), float(softcap),
     )

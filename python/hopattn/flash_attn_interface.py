@@ -6,7 +6,7 @@
 # Same function names, argument names, argument order, defaults and return conventions. What
 # hopattn computes maps one-to-one onto hopattn.attention, sliding windows (window_size) and
 # softcapping (softcap) included; every argument that asks for something hopattn does not do (FP8
-# descales, split-KV tuning, softcap in the KV-cache call, ...) raises
+# descales, rotary embeddings in the KV-cache call, ...) raises
 # NotImplementedError naming the argument, before any tensor is touched: a caller must never get
 # plain attention where it asked for something else.
 # flash_attn_varlen_func maps onto hopattn.varlen_attention (differentiable on CUDA tensors);
@@ -39,8 +39,6 @@ _RULES = {
     "k_descale": (lambda x: x is None, "None (bf16/fp16 inputs; FP8 is hopattn.forward_fp8)"),
     "v_descale": (lambda x: x is None, "None (bf16/fp16 inputs; FP8 is hopattn.forward_fp8)"),
     "attention_chunk": (lambda x: x == 0, "0 (no chunked attention)"),
-    # Only flash_attn_with_kvcache's: the KV-cache kernel has no softcapping (the others map it).
-    "softcap": (lambda x: x == 0, "0.0 (hopattn's KV-cache kernel has no softcapping)"),
     # Two tuning hints whose maths is the same either way are accepted: num_splits 0 ("let the
     # library choose", which for hopattn is one split) and pack_gqa (hopattn already serves a GQA
     # group's query heads from one read of K/V). An explicit split count > 1 is not honoured.
@@ -310,8 +308,10 @@ def flash_attn_with_kvcache(
     Returns out (batch, seqlen_q, nheads, headdim); with return_softmax_lse=True (out, softmax_lse)
     with softmax_lse (batch, nheads, seqlen_q) float32, as FA3 does.
 
-    Rotary embeddings, cache_batch_idx, cache_leftpad, varlen q/new keys, scheduler metadata,
-    softcapping (the KV-cache kernel has none; flash_attn_func and flash_attn_varlen_func take it)
+    softcap > 0: each score becomes softcap * tanh(softmax_scale * q.k / softcap) before the
+    softmax, as in flash_attn_func (C ABI 8).
+
+    Rotary embeddings, cache_batch_idx, cache_leftpad, varlen q/new keys, scheduler metadata
     and FP8 descales are not supported: any non-default value raises NotImplementedError naming the
     argument (see docs/python.md).
     """
@@ -320,18 +320,19 @@ def flash_attn_with_kvcache(
         qv=qv, rotary_cos=rotary_cos, rotary_sin=rotary_sin, cache_batch_idx=cache_batch_idx,
         cache_leftpad=cache_leftpad, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k_new=cu_seqlens_k_new,
         max_seqlen_q=max_seqlen_q, rotary_seqlens=rotary_seqlens, q_descale=q_descale, k_descale=k_descale,
-        v_descale=v_descale, attention_chunk=attention_chunk, softcap=softcap,
+        v_descale=v_descale, attention_chunk=attention_chunk,
         rotary_interleaved=rotary_interleaved, scheduler_metadata=scheduler_metadata, pack_gqa=pack_gqa,
         sm_margin=sm_margin,
     )
     window = _window(window_size, causal)  # before any tensor is touched
+    softcap = ops._check_softcap(softcap)
     # As FA3: q, k, v get a contiguous last dim; the caches are never copied (the append is in place).
     q, k, v = (None if t is None else _last_dim_contiguous(t) for t in (q, k, v))
     cache_seqlens = _cache_seqlens(q, k_cache, cache_seqlens, page_table, k)
     return kvcache.attention_with_kvcache(
         q, k_cache, v_cache, cache_seqlens, k=k, v=v, page_table=page_table, causal=causal,
         softmax_scale=softmax_scale, num_splits=num_splits, return_lse=bool(return_softmax_lse),
-        window_size=window,
+        window_size=window, softcap=softcap,
     )
 
 

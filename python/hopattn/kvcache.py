@@ -18,6 +18,7 @@ from .ops import (
     _check_numpy_inputs,
     _check_int64,
     _check_scale,
+    _check_softcap,
     _check_torch_inputs,
     _check_window,
     _direct,
@@ -58,8 +59,13 @@ def _lib_kvcache():
     return lib
 
 
+_INT32_LIMIT = 1 << 31
+
+
 def _check_num_splits(num_splits):
     """An int (not bool) that fits the C struct's int32; the library checks its value."""
+    if type(num_splits) is int and -_INT32_LIMIT <= num_splits < _INT32_LIMIT:  # every call: the plain int first
+        return num_splits
     return _check_int64("num_splits", num_splits, bits=32)
 
 
@@ -71,10 +77,11 @@ def _check_new(k, v):
 
 
 def _args(tensor, q, k_cache, v_cache, cache_seqlens, page_table, k, v, out, lse, causal, softmax_scale, num_splits,
-          check_index_values, window=NO_WINDOW):
+          check_index_values, window=NO_WINDOW, softcap=0.0):
     """HopattnKvcacheArgs; tensor(name, x, code=None) makes one HopattnTensor (ops._numpy_tensor, or
     ops._torch_tensor bound to torch). None (page_table, k, v, lse) is left out. window: a
-    (left, right) pair (ops._check_window), per sequence over its cache after the append."""
+    (left, right) pair (ops._check_window), per sequence over its cache after the append; softcap
+    as ops._check_softcap returns it."""
 
     def opt(name, x, code=None):
         return None if x is None else tensor(name, x, code)
@@ -83,7 +90,7 @@ def _args(tensor, q, k_cache, v_cache, cache_seqlens, page_table, k, v, out, lse
         tensor("q", q), tensor("k_cache", k_cache), tensor("v_cache", v_cache),
         tensor("cache_seqlens", cache_seqlens, _lib.DTYPE_INT32), opt("page_table", page_table, _lib.DTYPE_INT32),
         opt("k", k), opt("v", v), tensor("out", out), opt("lse", lse),
-        causal, softmax_scale, num_splits, check_index_values, window,
+        causal, softmax_scale, num_splits, check_index_values, window, softcap,
     )
 
 
@@ -97,9 +104,12 @@ _kv_pack = []  # [pack_into or None], built on first use
 def _kv_packer():
     if not _kv_pack:
         # Sample tail: causal, has_softmax_scale, softmax_scale, num_splits, check_index_values,
-        # has_window and bounds that need all 64 bits.
-        _kv_pack.append(_packer(_lib.HopattnKvcacheArgs, 9, (1, 1, 0.5, 3, 1, 1, 1 << 40, -(1 << 35))))
+        # has_window and bounds that need all 64 bits, softcap (ABI 8).
+        _kv_pack.append(_packer(_lib.HopattnKvcacheArgs, 9, (1, 1, 0.5, 3, 1, 1, 1 << 40, -(1 << 35), 0.25)))
     return _kv_pack[0]
+
+
+_PADS = ((0, 0, 0, 0), (0, 0, 0), (0, 0), (0,), ())  # by ndim: the unused sizes / strides
 
 
 def _fields(t, code):
@@ -107,34 +117,47 @@ def _fields(t, code):
     included), or _NO_TENSOR for None."""
     if t is None:
         return _NO_TENSOR
-    sizes = tuple(t.shape)
+    sizes = t.shape
     ndim = len(sizes)
+    # q, the caches, k/v and out: 4 dims that make_tensor keeps as they are (no empty dim, last
+    # dim not 1), answered without the general path's tuples.
+    if ndim == 4 and sizes[3] != 1 and 0 not in sizes:
+        strides = t.stride()
+        return (t.data_ptr(), code, 4, *sizes, *strides)
+    if ndim == 1:  # cache_seqlens: addressing_strides gives 1 for a size of 0 or 1
+        n = sizes[0]
+        strides = t.stride()
+        return (t.data_ptr(), code, 1, n, 0, 0, 0, strides[0] if n > 1 else 1, 0, 0, 0)
     if ndim > 4:
         raise ValueError("hopattn tensors have at most 4 dims")
-    strides = _lib.addressing_strides(sizes, t.stride())
-    pad = (0,) * (4 - ndim)
+    strides = t.stride()
+    if 0 in sizes or (ndim and sizes[-1] == 1):  # the cases addressing_strides changes
+        strides = _lib.addressing_strides(sizes, strides)
+    pad = _PADS[ndim]
     return (t.data_ptr(), code, ndim, *sizes, *pad, *strides, *pad)
 
 
 def _packed_args(codes, q, k_cache, v_cache, cache_seqlens, page_table, k, v, out, lse, causal, softmax_scale,
-                 num_splits, check_index_values, window):
+                 num_splits, check_index_values, window, softcap=0.0):
     """_args' struct by one pack_into (torch tensors; codes: dtype code per attention dtype), or None
     when the packer is unavailable or a value needs ctypes' own conversion (it then decides, as before)."""
-    pack = _kv_packer()
+    pack = _kv_pack[0] if _kv_pack else _kv_packer()
     qc = codes.get(q.dtype)
     if pack is None or qc is None:
         return None
     i32, f32 = _lib.DTYPE_INT32, _lib.DTYPE_FP32
+    fields, absent = _fields, _NO_TENSOR
     args = _lib.HopattnKvcacheArgs()
     try:
         pack(
             args, 0,
-            *_fields(q, qc), *_fields(k_cache, codes.get(k_cache.dtype, -1)), *_fields(v_cache, codes.get(v_cache.dtype, -1)),
-            *_fields(cache_seqlens, i32), *_fields(page_table, i32),
-            *_fields(k, None if k is None else codes.get(k.dtype, -1)), *_fields(v, None if v is None else codes.get(v.dtype, -1)),
-            *_fields(out, qc), *_fields(lse, f32),
+            *fields(q, qc), *fields(k_cache, codes.get(k_cache.dtype, -1)), *fields(v_cache, codes.get(v_cache.dtype, -1)),
+            *fields(cache_seqlens, i32), *(absent if page_table is None else fields(page_table, i32)),
+            *(absent if k is None else fields(k, codes.get(k.dtype, -1))),
+            *(absent if v is None else fields(v, codes.get(v.dtype, -1))),
+            *fields(out, qc), *(absent if lse is None else fields(lse, f32)),
             1 if causal else 0, *((0, 0.0) if softmax_scale is None else (1, float(softmax_scale))), num_splits,
-            1 if check_index_values else 0, *_lib._window_fields(window),
+            1 if check_index_values else 0, *_lib._window_fields(window), softcap,
         )
     except _PACK_ERRORS:
         return None
@@ -152,7 +175,7 @@ def _check_index(name, is_int32, ok_layout, layout):
 
 
 def _run_numpy(q, k_cache, v_cache, cache_seqlens, k, v, page_table, causal, softmax_scale, num_splits, return_lse,
-               window=NO_WINDOW):
+               window=NO_WINDOW, softcap=0.0):
     import numpy as np
 
     named = [("q", q), ("k_cache", k_cache), ("v_cache", v_cache)] + ([("k", k), ("v", v)] if k is not None else [])
@@ -171,14 +194,14 @@ def _run_numpy(q, k_cache, v_cache, cache_seqlens, k, v, page_table, causal, sof
     out = np.empty(q.shape, dtype=q.dtype)
     lse = np.empty((batch, heads_q, seqlen_q), dtype=np.float32) if return_lse else None
     args = _args(_numpy_tensor, q, k_cache, v_cache, cache_seqlens, page_table, k, v, out, lse, causal, softmax_scale,
-                 num_splits, False, window)
+                 num_splits, False, window, softcap)
     _lib.check(_lib_kvcache().hopattn_attention_with_kvcache_cpu(ctypes.byref(args)), "hopattn KV-cache CPU reference")
     return (out, lse) if return_lse else out
 
 
 # --- torch ----------------------------------------------------------------------------------------
 #
-# Two routes, as hopattn.attention's (ops.py): a plain eager call goes straight to _launch; under
+# Two routes, as hopattn.attention's (ops.py): a plain eager call goes straight to _launch_cuda; under
 # torch.compile and other tracing (fake tensors, subclasses, dispatch/function modes, functorch,
 # jit.trace) the call is the custom op torch.ops.hopattn.fwd_kvcache (torch_ops.py), which declares
 # the in-place append (mutates_args=("k_cache", "v_cache")) and whose kernels are _op_forward.
@@ -213,52 +236,101 @@ def _check_torch(torch, q, k_cache, v_cache, cache_seqlens, k, v, page_table, re
 
 
 def _launch(torch, q, k_cache, v_cache, cache_seqlens, k, v, page_table, causal, softmax_scale, num_splits,
-            check_index_values, with_lse, window=NO_WINDOW):
+            check_index_values, with_lse, window=NO_WINDOW, softcap=0.0):
     """out (contiguous, q's dtype) and with with_lse lse (batch, heads_q, seqlen_q) float32, k/v
-    appended to the caches in place: the sm90 kernels on q's device and its current stream (a
-    workspace from torch's allocator), or the CPU reference for CPU tensors (the custom op's CPU
-    kernel, which always checks the index values). Inputs already checked by _check_torch."""
+    appended to the caches in place: the sm90 kernels on q's device and its current stream
+    (_launch_cuda), or the CPU reference for CPU tensors (the custom op's CPU kernel, which always
+    checks the index values). Inputs already checked by _check_torch."""
+    if q.device.type != "cpu":
+        return _launch_cuda(_direct(torch), q, k_cache, v_cache, cache_seqlens, k, v, page_table, causal,
+                            softmax_scale, num_splits, check_index_values, with_lse, window, softcap)
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     lse = q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32) if with_lse else None
-    cpu = q.device.type == "cpu"
-    st = None if cpu else _direct(torch)
+    args = _args(functools.partial(_torch_tensor, torch), q, k_cache, v_cache, cache_seqlens, page_table, k, v, out,
+                 lse, causal, softmax_scale, num_splits, False, window, softcap)
+    _lib.check(_lib_kvcache().hopattn_attention_with_kvcache_cpu(ctypes.byref(args)), "hopattn KV-cache CPU reference")
+    return (out, lse) if with_lse else out
+
+
+def _launch_cuda(st, q, k_cache, v_cache, cache_seqlens, k, v, page_table, causal, softmax_scale, num_splits,
+                 check_index_values, with_lse, window, softcap=0.0):
+    """_launch for CUDA tensors (st: ops._direct(torch)), kept flat: at small caches a decode
+    step's host time is mostly this function. HopattnKvcacheArgs by one pack_into and passed as
+    is (ctypes passes it by reference), ints for device and stream, the workspace from torch's
+    caching allocator on q's device (in the current stream's order; a captured graph's own pool).
+    The workspace-size query stays one C call: memoising it by shape cost as much host time as the
+    query (~0.6 µs either way), which only revalidates the arguments and replans the split."""
+    out = st.empty_like(q, memory_format=st.contiguous_format)
+    if with_lse:
+        shape = q.shape
+        lse = q.new_empty((shape[0], shape[2], shape[1]), dtype=st.float32)
+    else:
+        lse = None
+    codes = st.codes
     args = None
-    if not cpu and all(t is None or st.codes.get(t.dtype) is not None for t in (k_cache, v_cache, k, v)):
-        args = _packed_args(st.codes, q, k_cache, v_cache, cache_seqlens, page_table, k, v, out, lse, causal,
-                            softmax_scale, num_splits, check_index_values, window)
-    if args is None:  # the CPU kernel, an unsupported dtype (its error comes from _torch_tensor), or no packer
-        args = _args(functools.partial(_torch_tensor, torch), q, k_cache, v_cache, cache_seqlens, page_table, k, v,
-                     out, lse, causal, softmax_scale, num_splits, False if cpu else check_index_values, window)
+    if (codes.get(k_cache.dtype) is not None and codes.get(v_cache.dtype) is not None
+            and (k is None or codes.get(k.dtype) is not None) and (v is None or codes.get(v.dtype) is not None)):
+        args = _packed_args(codes, q, k_cache, v_cache, cache_seqlens, page_table, k, v, out, lse, causal,
+                            softmax_scale, num_splits, check_index_values, window, softcap)
+    if args is None:  # an unsupported dtype (its error comes from _torch_tensor), or no packer
+        args = _args(functools.partial(_torch_tensor, st.torch), q, k_cache, v_cache, cache_seqlens, page_table, k, v,
+                     out, lse, causal, softmax_scale, num_splits, check_index_values, window, softcap)
     lib = _lib_kvcache()
-    if cpu:
-        _lib.check(lib.hopattn_attention_with_kvcache_cpu(ctypes.byref(args)), "hopattn KV-cache CPU reference")
-        return (out, lse) if with_lse else out
     dev = q.get_device()
     prev = st.exchange_device(dev)  # a no-op when q is on the current device
     try:
         # The split count (and so the workspace) follows the current device's SM count.
-        need = lib.hopattn_attention_with_kvcache_workspace_size(ctypes.byref(args))
-        workspace = torch.empty(need, dtype=torch.uint8, device=q.device) if need else None
-        status = lib.hopattn_attention_with_kvcache(
-            ctypes.byref(args), None if workspace is None else workspace.data_ptr(), need, st.raw_stream(dev))
+        need = lib.hopattn_attention_with_kvcache_workspace_size(args)
+        workspace = q.new_empty(need, dtype=st.uint8) if need else None
+        status = lib.hopattn_attention_with_kvcache(args, None if workspace is None else workspace.data_ptr(), need,
+                                                    st.raw_stream(dev))
     finally:
         st.restore_device(prev)
-    _lib.check(status, "hopattn KV-cache attention")
+    if status:
+        _lib.check(status, "hopattn KV-cache attention")
     return (out, lse) if with_lse else out
 
 
 def _op_forward(torch, q, k_cache, v_cache, cache_seqlens, k, v, page_table, causal, softmax_scale, num_splits,
-                check_index_values, window=NO_WINDOW, require_cuda=True):
+                check_index_values, window=NO_WINDOW, require_cuda=True, softcap=0.0):
     """(out, lse) for the kernels of torch.ops.hopattn.fwd_kvcache (torch_ops.py): checks, then _launch.
-    window: the op's (window_left, window_right); their values are the library's to check."""
+    window: the op's (window_left, window_right); their values, and softcap's, are the library's to
+    check."""
     _check_new(k, v)
     _check_torch(torch, q, k_cache, v_cache, cache_seqlens, k, v, page_table, require_cuda)
     return _launch(torch, q, k_cache, v_cache, cache_seqlens, k, v, page_table, causal, softmax_scale, num_splits,
-                   check_index_values, True, window)
+                   check_index_values, True, window, softcap)
+
+
+def _plain_cuda(st, q, k_cache, v_cache, cache_seqlens, k, v, page_table):
+    """True for a plain eager call (_plain_eager's condition, a torch.device(...) mode excepted) whose
+    tensors pass _check_torch's CUDA rules, tested in C attribute reads alone; False sends the call
+    through _run_torch, whose checks raise their own errors. k and v: both given or both None
+    (_check_new)."""
+    T = st.Tensor
+    if not (
+        type(q) is T and type(k_cache) is T and type(v_cache) is T and type(cache_seqlens) is T
+        and (k is None or (type(k) is T and type(v) is T)) and (page_table is None or type(page_table) is T)
+        and not st.dispatch_modes() and not st.functorch() and st.jit_tracing() is None and not st.function_modes()
+    ):
+        return False
+    dev = q.get_device()
+    strided = st.strided
+    for t in (q, k_cache, v_cache) if k is None else (q, k_cache, v_cache, k, v):
+        if not (t.is_cuda and t.get_device() == dev and t.dim() == 4 and t.layout is strided):
+            return False
+    int32 = st.torch.int32
+    for t in (cache_seqlens, page_table):
+        # The layout test in _check_torch's own terms, so anything it raises (the stride of a sparse
+        # tensor) is raised here at the same point.
+        if t is not None and not (t.is_cuda and t.get_device() == dev and t.dtype is int32
+                                  and (t.dim() == 0 or t.stride(-1) == 1 or t.shape[-1] <= 1)):
+            return False
+    return True
 
 
 def _run_torch(torch, q, k_cache, v_cache, cache_seqlens, k, v, page_table, causal, softmax_scale, num_splits,
-               return_lse, check_index_values, window=NO_WINDOW):
+               return_lse, check_index_values, window=NO_WINDOW, softcap=0.0):
     _check_torch(torch, q, k_cache, v_cache, cache_seqlens, k, v, page_table)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k_cache, v_cache, k, v)):
         raise NotImplementedError(NO_BACKWARD)
@@ -266,9 +338,9 @@ def _run_torch(torch, q, k_cache, v_cache, cache_seqlens, k, v, page_table, caus
     if not torch.compiler.is_compiling():
         if _plain_eager(_direct(torch), (q, k_cache, v_cache, cache_seqlens, k, v, page_table)):
             return _launch(torch, q, k_cache, v_cache, cache_seqlens, k, v, page_table, causal, softmax_scale,
-                           num_splits, check_index_values, return_lse, window)
+                           num_splits, check_index_values, return_lse, window, softcap)
     out, lse = _torch_ops_module().fwd_kvcache(q, k_cache, v_cache, cache_seqlens, k, v, page_table, causal,
-                                               softmax_scale, num_splits, check_index_values, *window)
+                                               softmax_scale, num_splits, check_index_values, *window, softcap)
     return (out, lse) if return_lse else out
 
 
@@ -277,7 +349,7 @@ def _run_torch(torch, q, k_cache, v_cache, cache_seqlens, k, v, page_table, caus
 
 def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, k=None, v=None, page_table=None, causal=False,
                            softmax_scale=None, num_splits=0, return_lse=False, check_index_values=False,
-                           window_size=NO_WINDOW):
+                           window_size=NO_WINDOW, softcap=0.0):
     """Decoding attention of a few new query tokens per sequence against a key/value cache
     (FlashAttention-3's flash_attn_with_kvcache). Forward only.
 
@@ -302,8 +374,10 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, k=None, v=None, p
     causal=True right must be -1 or 0. Python checks only that it is a pair of ints (TypeError
     otherwise); the library rejects bad values (below -1, or right > 0 with causal) with
     InvalidArgumentError naming window.left / window.right. On the GPU only the keys a window
-    reaches are read (a 4k window over a 128k cache reads about 4k keys). No softcap: the KV-cache
-    kernel has no softcapping. num_splits: key splits per (batch, kv head); 0 lets the library
+    reaches are read (a 4k window over a 128k cache reads about 4k keys). softcap: as
+    hopattn.attention's (0.0, the default, is off; > 0: each score becomes softcap *
+    tanh(softmax_scale * q.k / softcap) before the softmax; a finite float >= 0, else
+    InvalidArgumentError naming softcap; C ABI 8). num_splits: key splits per (batch, kv head); 0 lets the library
     choose, any value gives the same result up to fp32 rounding.
 
     * torch CUDA tensors (bfloat16/float16, head_dim 64/128/256; the index tensors int32 on the same
@@ -327,14 +401,27 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, k=None, v=None, p
     """
     _check_scale(softmax_scale)
     window = _check_window(window_size)
+    softcap = _check_softcap(softcap)
     num_splits = _check_num_splits(num_splits)
     _check_new(k, v)
     scale = None if softmax_scale is None else float(softmax_scale)
     torch = _torch_module_of(q)
     if torch is not None:
+        # Plain eager CUDA tensors go straight to _launch_cuda, with _check_torch's rules in a few C
+        # reads (_plain_cuda): at small caches this call's host time bounds the decode step. As in
+        # hopattn.attention, is_compiling() comes first: dynamo reads it as True, so a traced call
+        # never looks at the state below and takes _run_torch, the route it always took.
+        if not torch.compiler.is_compiling():
+            st = _direct(torch)
+            if _plain_cuda(st, q, k_cache, v_cache, cache_seqlens, k, v, page_table):
+                if st.is_grad_enabled() and (q.requires_grad or k_cache.requires_grad or v_cache.requires_grad
+                                             or (k is not None and (k.requires_grad or v.requires_grad))):
+                    raise NotImplementedError(NO_BACKWARD)
+                return _launch_cuda(st, q, k_cache, v_cache, cache_seqlens, k, v, page_table, bool(causal), scale,
+                                    num_splits, bool(check_index_values), bool(return_lse), window, softcap)
         return _run_torch(torch, q, k_cache, v_cache, cache_seqlens, k, v, page_table, bool(causal), scale, num_splits,
-                          bool(return_lse), bool(check_index_values), window)
+                          bool(return_lse), bool(check_index_values), window, softcap)
     if _is_numpy_array(q):
         return _run_numpy(q, k_cache, v_cache, cache_seqlens, k, v, page_table, bool(causal), scale, num_splits,
-                          bool(return_lse), window)
+                          bool(return_lse), window, softcap)
     raise TypeError(f"q: expected a torch.Tensor (CUDA) or numpy.ndarray, got {type(q).__name__}")

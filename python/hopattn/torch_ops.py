@@ -14,10 +14,10 @@
 #                                -> (dq, dk, dv)
 #   torch.ops.hopattn.fwd_kvcache(q, k_cache!, v_cache!, cache_seqlens, k=None, v=None, page_table=None,
 #                                 causal=False, softmax_scale=None, num_splits=0,
-#                                 check_index_values=False, window_left=-1, window_right=-1)
-#                                 -> (out, lse)
+#                                 check_index_values=False, window_left=-1, window_right=-1,
+#                                 softcap=0.0) -> (out, lse)
 #       (mutates k_cache and v_cache: k/v are appended in place; forward only, no autograd; the
-#       window (C ABI 7) is per sequence over its cache after the append; no softcap)
+#       window (C ABI 7) is per sequence over its cache after the append; softcap C ABI 8)
 #
 # window_left/window_right are hopattn.attention's window_size=(left, right), as two ints because
 # a schema has no int pairs; appended last with the defaults of "no window" (-1, -1), so graphs and
@@ -177,12 +177,13 @@ def _fwd_kvcache(
     check_index_values: bool = False,
     window_left: int = -1,
     window_right: int = -1,
+    softcap: float = 0.0,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """out (batch, seqlen_q, heads_q, head_dim) in q's dtype and lse (batch, heads_q, seqlen_q)
     float32, after appending k/v (if given) to k_cache/v_cache in place at cache_seqlens; see
     hopattn.attention_with_kvcache (window_left/window_right: its window_size). Forward only."""
     return kvcache._op_forward(torch, q, k_cache, v_cache, cache_seqlens, k, v, page_table, causal, softmax_scale,
-                               num_splits, check_index_values, (window_left, window_right))
+                               num_splits, check_index_values, (window_left, window_right), softcap=softcap)
 
 
 # The OpOverloads: what hopattn.attention / varlen_attention call, and what a traced graph records.
@@ -252,10 +253,11 @@ def _bwd_varlen_cpu(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seq
 
 @_fwd_kvcache.register_kernel("cpu")
 def _fwd_kvcache_cpu(q, k_cache, v_cache, cache_seqlens, k=None, v=None, page_table=None, causal=False,
-                     softmax_scale=None, num_splits=0, check_index_values=False, window_left=-1, window_right=-1):
+                     softmax_scale=None, num_splits=0, check_index_values=False, window_left=-1, window_right=-1,
+                     softcap=0.0):
     # The CPU reference always checks the index values (and ignores num_splits).
     return kvcache._op_forward(torch, q, k_cache, v_cache, cache_seqlens, k, v, page_table, causal, softmax_scale,
-                               num_splits, False, (window_left, window_right), require_cuda=False)
+                               num_splits, False, (window_left, window_right), require_cuda=False, softcap=softcap)
 
 
 # --- fake (meta) implementations: shapes and dtypes for torch.compile ---------------------------------
@@ -336,7 +338,8 @@ def _bwd_varlen_fake(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_se
 
 @_fwd_kvcache.register_fake
 def _fwd_kvcache_fake(q, k_cache, v_cache, cache_seqlens, k=None, v=None, page_table=None, causal=False,
-                      softmax_scale=None, num_splits=0, check_index_values=False, window_left=-1, window_right=-1):
+                      softmax_scale=None, num_splits=0, check_index_values=False, window_left=-1, window_right=-1,
+                      softcap=0.0):
     # Metadata only: layout, devices and the index tensors' dtype; the library checks the rest (and
     # does the append) when the kernel runs.
     kvcache._check_new(k, v)

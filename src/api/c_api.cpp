@@ -295,10 +295,11 @@ int to_args(const hopattn_kvcache_args* a, hopattn::KvCacheArgs* out) {
       !to_optional_tensor(a->k_new, "k_new", &out->k_new) || !to_optional_tensor(a->v_new, "v_new", &out->v_new) ||
       !to_tensor(a->out, "out", &out->out) || !to_optional_tensor(a->lse, "lse", &out->lse))
     return HOPATTN_INVALID_ARGUMENT;
-  // causal, scale and window as copy_attention_options (the KV-cache struct has no softcap).
+  // causal, scale, window and softcap as copy_attention_options.
   out->causal = a->causal != 0;
   if (a->has_softmax_scale) out->softmax_scale = a->softmax_scale;
   if (a->has_window) out->window = {a->window_left, a->window_right};  // ABI 7
+  out->softcap = a->softcap;                                            // ABI 8
   out->num_splits = a->num_splits;
   out->check_index_values = a->check_index_values != 0;
   return HOPATTN_SUCCESS;

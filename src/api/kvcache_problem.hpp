@@ -26,6 +26,7 @@ struct KvCacheProblem {
   // side, causal sets window_right = 0. Row i of sequence b sees keys visible_keys(i, seqlen_q,
   // len_k(b), window_left, window_right).
   int64_t window_left = -1, window_right = -1;
+  float softcap = 0.f;  // > 0: scores are softcap * tanh(scale * q.k / softcap); 0: off
   int num_splits = 0;  // as asked (0: heuristic)
 
   const void* q = nullptr;

@@ -167,6 +167,7 @@ Result validate_kvcache(const KvCacheArgs& a, Backend backend, KvCacheProblem* p
     return fail(cat("softmax_scale must be finite and > 0, got ", *a.softmax_scale));
   int64_t window_left = -1, window_right = -1;
   if (Result r = normalise_window(a.window, a.causal, &window_left, &window_right); !r.ok()) return r;
+  if (Result r = check_softcap(a.softcap); !r.ok()) return r;
   if (a.num_splits < 0) return fail(cat("num_splits=", a.num_splits, " is negative (0 picks it, >= 1 forces it)"));
   if (backend == Backend::kSm90 && d != 64 && d != 128 && d != 256)
     return Result{Status::kUnsupported,
@@ -182,6 +183,7 @@ Result validate_kvcache(const KvCacheArgs& a, Backend backend, KvCacheProblem* p
   p->scale = resolve_softmax_scale(a.softmax_scale, d);
   p->window_left = window_left;
   p->window_right = window_right;
+  p->softcap = a.softcap;
   p->num_splits = a.num_splits;
   p->q = a.q.data; p->out = a.out.data;
   p->lse = static_cast<float*>(a.lse.data);

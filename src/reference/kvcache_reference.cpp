@@ -63,6 +63,7 @@ void attention_with_kvcache_cpu(const KvCacheProblem& p) {
     s.window_left = p.window_left;  // normalised by validate_kvcache as AttnProblem's (causal: right = 0)
     s.window_right = p.window_right;
     s.scale = p.scale;
+    s.softcap = p.softcap;
     s.q = static_cast<const uint8_t*>(p.q) + b * p.q_stride[0] * es;
     s.k = k.data();
     s.v = v.data();

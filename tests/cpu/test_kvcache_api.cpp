@@ -58,13 +58,15 @@ struct KvCase {
   bool causal = false;
   bool with_lse = true;
   Window window;  // default: none
+  float softcap = 0.f;
 };
 
 std::string describe(const KvCase& c) {
   return std::string(dtype_name(c.dtype)) + (c.causal ? " causal" : " full") + " window=(" +
          std::to_string(c.window.left) + "," + std::to_string(c.window.right) + ") sq=" + std::to_string(c.seqlen_q) +
          " new=" + std::to_string(c.seqlen_new) + " h=" + std::to_string(c.heads_q) + "/" + std::to_string(c.heads_kv) +
-         (c.page_size ? " page=" + std::to_string(c.page_size) : " contiguous") + " pad=" + std::to_string(c.row_pad);
+         (c.page_size ? " page=" + std::to_string(c.page_size) : " contiguous") + " pad=" + std::to_string(c.row_pad) +
+         " softcap=" + std::to_string(c.softcap);
 }
 
 struct KvHost {
@@ -129,6 +131,7 @@ void setup(KvHost& x, const KvCase& c, uint64_t seed) {
   if (c.with_lse) a.lse = make_tensor(x.lse.data(), DType::kFP32, b, hq, sq);
   a.causal = c.causal;
   a.window = c.window;
+  a.softcap = c.softcap;
 }
 
 // Runs attention_with_kvcache_cpu on `c`, then checks: the cache (appended rows are k_new/v_new,
@@ -175,6 +178,7 @@ void check_against_gathered(const KvCase& c, uint64_t seed) {
     f.lse = make_tensor(lse1.data(), DType::kFP32, 1, hq, sq);
     f.causal = c.causal;
     f.window = c.window;
+    f.softcap = c.softcap;
     const Result fr = forward_cpu(f);
     ASSERT_TRUE(fr.ok()) << fr.message;
     if (q_bytes == 0) continue;
@@ -607,6 +611,24 @@ TEST(KvCacheValidation, Window) {
   }
 }
 
+TEST(KvCacheValidation, Softcap) {
+  expect_invalid([](ValidArgs& v) { v.a.softcap = -1.f; }, "softcap must be finite and >= 0 (0: off), got -1");
+  expect_invalid([](ValidArgs& v) { v.a.softcap = NAN; }, "softcap must be finite and >= 0");
+  expect_invalid([](ValidArgs& v) { v.a.softcap = INFINITY; }, "softcap must be finite and >= 0");
+  // The same rule on the GPU backend, and a valid cap reaches the problem.
+  ValidArgs g;
+  g.a.softcap = -0.5f;
+  KvCacheProblem p;
+  Result r = validate_kvcache(g.a, Backend::kSm90, &p);
+  EXPECT_EQ(r.status, Status::kInvalidArgument);
+  EXPECT_NE(r.message.find("softcap"), std::string::npos) << r.message;
+  ValidArgs v;
+  v.a.softcap = 30.f;
+  r = validate_kvcache(v.a, Backend::kCpu, &p);
+  ASSERT_TRUE(r.ok()) << r.message;
+  EXPECT_EQ(p.softcap, 30.f);
+}
+
 TEST(KvCacheValidation, IndexValuesOnTheCpu) {
   expect_invalid([](ValidArgs& v) { v.seqlens[1] = -1; }, "cache_seqlens[1]=-1 is negative");
   expect_invalid([](ValidArgs& v) { v.seqlens[2] = 23; },
@@ -886,6 +908,23 @@ hopattn_kvcache_args c_tensors_of(const KvCacheArgs& k) {
   return a;
 }
 
+// Runs c through attention_with_kvcache_cpu (into x) and, on the same inputs, through the C entry
+// point with the options `set` writes into the struct (into y); expects the same out, lse and
+// caches. Returns the struct, for further calls.
+hopattn_kvcache_args expect_c_call_matches(const KvCase& c, uint64_t seed, KvHost& x, KvHost& y,
+                                           const std::function<void(hopattn_kvcache_args&)>& set) {
+  setup(x, c, seed);
+  setup(y, c, seed);
+  EXPECT_TRUE(attention_with_kvcache_cpu(x.args).ok());
+  hopattn_kvcache_args a = c_tensors_of(y.args);
+  set(a);
+  EXPECT_EQ(hopattn_attention_with_kvcache_cpu(&a), HOPATTN_SUCCESS) << hopattn_last_error();
+  EXPECT_TRUE(x.out == y.out);
+  EXPECT_EQ(0, std::memcmp(x.lse.data(), y.lse.data(), x.lse.size() * 4));
+  EXPECT_TRUE(x.k_cache == y.k_cache && x.v_cache == y.v_cache);
+  return a;
+}
+
 TEST(KvCacheCAbi, CpuCallMatchesTheCppApi) {
   KvCase c;
   c.cached = {3, 0, 9};
@@ -895,15 +934,7 @@ TEST(KvCacheCAbi, CpuCallMatchesTheCppApi) {
   c.seqlen_new = 1;
   c.causal = true;
   KvHost x, y;
-  setup(x, c, 31);
-  setup(y, c, 31);
-  ASSERT_TRUE(attention_with_kvcache_cpu(x.args).ok());
-  hopattn_kvcache_args a = c_tensors_of(y.args);
-  a.causal = 1;
-  ASSERT_EQ(hopattn_attention_with_kvcache_cpu(&a), HOPATTN_SUCCESS) << hopattn_last_error();
-  EXPECT_TRUE(x.out == y.out);
-  EXPECT_EQ(0, std::memcmp(x.lse.data(), y.lse.data(), x.lse.size() * 4));
-  EXPECT_TRUE(x.k_cache == y.k_cache && x.v_cache == y.v_cache);
+  hopattn_kvcache_args a = expect_c_call_matches(c, 31, x, y, [](hopattn_kvcache_args& s) { s.causal = 1; });
 
   // Optional tensors left out (data NULL, ndim 0), and the library's messages.
   a.k_new = a.v_new = a.lse = hopattn_tensor{};
@@ -921,7 +952,7 @@ TEST(KvCacheCAbi, CpuCallMatchesTheCppApi) {
   EXPECT_NE(std::string(hopattn_last_error()).find("k_new: unknown dtype code 99"), std::string::npos);
 }
 
-// The ABI 7 struct, field by field (x86-64 / LP64 offsets; the Python package's ctypes mirror).
+// The ABI 8 struct, field by field (x86-64 / LP64 offsets; the Python package's ctypes mirror).
 TEST(KvCacheCAbi, StructLayout) {
   static_assert(sizeof(hopattn_tensor) == 80);
   EXPECT_EQ(offsetof(hopattn_kvcache_args, q), 0u);
@@ -934,8 +965,9 @@ TEST(KvCacheCAbi, StructLayout) {
   EXPECT_EQ(offsetof(hopattn_kvcache_args, has_window), 740u);
   EXPECT_EQ(offsetof(hopattn_kvcache_args, window_left), 744u);
   EXPECT_EQ(offsetof(hopattn_kvcache_args, window_right), 752u);
-  EXPECT_EQ(sizeof(hopattn_kvcache_args), 760u);
-  EXPECT_EQ(hopattn_abi_version(), 7);
+  EXPECT_EQ(offsetof(hopattn_kvcache_args, softcap), 760u);
+  EXPECT_EQ(sizeof(hopattn_kvcache_args), 768u);
+  EXPECT_EQ(hopattn_abi_version(), 8);
 }
 
 TEST(KvCacheCAbi, WindowMatchesTheCppApi) {
@@ -947,16 +979,11 @@ TEST(KvCacheCAbi, WindowMatchesTheCppApi) {
   c.seqlen_new = 1;
   c.window = {2, 1};
   KvHost x, y;
-  setup(x, c, 41);
-  setup(y, c, 41);
-  ASSERT_TRUE(attention_with_kvcache_cpu(x.args).ok());
-  hopattn_kvcache_args a = c_tensors_of(y.args);
-  a.has_window = 1;
-  a.window_left = 2;
-  a.window_right = 1;
-  ASSERT_EQ(hopattn_attention_with_kvcache_cpu(&a), HOPATTN_SUCCESS) << hopattn_last_error();
-  EXPECT_TRUE(x.out == y.out);
-  EXPECT_EQ(0, std::memcmp(x.lse.data(), y.lse.data(), x.lse.size() * 4));
+  hopattn_kvcache_args a = expect_c_call_matches(c, 41, x, y, [](hopattn_kvcache_args& s) {
+    s.has_window = 1;
+    s.window_left = 2;
+    s.window_right = 1;
+  });
   // The window changes the result (so the fields are read) ...
   KvHost z;
   c.window = {};
@@ -978,6 +1005,48 @@ TEST(KvCacheCAbi, WindowMatchesTheCppApi) {
   EXPECT_EQ(hopattn_attention_with_kvcache_cpu(&a), HOPATTN_INVALID_ARGUMENT);
   EXPECT_NE(std::string(hopattn_last_error()).find("window.right=2 with causal"), std::string::npos)
       << hopattn_last_error();
+  EXPECT_EQ(hopattn_attention_with_kvcache_workspace_size(&a), 0u);
+}
+
+// Softcap through the gathered-keys comparison (forward_cpu with the same cap): caps 0.5 and 30,
+// every dtype, contiguous and paged, causal, an append, a window.
+TEST(KvCacheCpu, SoftcapMatchesForwardOnGatheredKeys) {
+  uint64_t seed = 900;
+  for (DType t : {DType::kFP32, DType::kBF16, DType::kFP16})
+    for (float cap : {0.5f, 30.f})
+      for (int64_t page : {int64_t{0}, int64_t{4}})
+        for (bool causal : {false, true}) {
+          KvCase c;
+          c.dtype = t;
+          c.page_size = page;
+          c.capacity = 48;
+          c.seqlen_q = 3;
+          c.causal = causal;
+          c.seqlen_new = 2;
+          c.softcap = cap;
+          c.window = causal ? Window{5, 0} : Window{};
+          c.cached = {0, 17, 45};
+          check_against_gathered(c, seed++);
+        }
+}
+
+// hopattn_kvcache_args.softcap reaches the reference (the CPU entry point), and changes the result.
+TEST(KvCacheCAbi, SoftcapMatchesTheCppApi) {
+  KvCase c;
+  c.cached = {3, 0, 9};
+  c.page_size = 4;
+  c.capacity = 16;
+  c.seqlen_q = 3;
+  c.softcap = 0.5f;
+  KvHost x, y, z;
+  hopattn_kvcache_args a = expect_c_call_matches(c, 43, x, y, [](hopattn_kvcache_args& s) { s.softcap = 0.5f; });
+  c.softcap = 0.f;
+  setup(z, c, 43);
+  ASSERT_TRUE(attention_with_kvcache_cpu(z.args).ok());
+  EXPECT_FALSE(z.out == x.out);
+  a.softcap = -2.f;
+  EXPECT_EQ(hopattn_attention_with_kvcache_cpu(&a), HOPATTN_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(hopattn_last_error()).find("softcap"), std::string::npos) << hopattn_last_error();
   EXPECT_EQ(hopattn_attention_with_kvcache_workspace_size(&a), 0u);
 }
 

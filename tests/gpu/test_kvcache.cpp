@@ -66,6 +66,7 @@ struct DecCase {
   int64_t heads_q = 8, heads_kv = 2, seqlen_q = 1;
   bool causal = false;
   Window window;           // default: none
+  float softcap = 0.f;     // 0: off
   int64_t page_size = 0;   // 0: contiguous
   int64_t capacity = 768;  // keys per sequence: max_seqlen_k, or max_pages * page_size
   std::vector<int> cached;  // cache_seqlens
@@ -176,6 +177,7 @@ void setup(DecRun& x, const DecCase& c) {
   if (c.with_lse) a.lse = make_tensor(x.lse.get(), DType::kFP32, b, hq, sq);
   a.causal = c.causal;
   a.window = c.window;
+  a.softcap = c.softcap;
   a.num_splits = c.num_splits;
 
   // The expected cache: k_new/v_new at rows cache_seqlens[b] + t.
@@ -214,6 +216,7 @@ void setup(DecRun& x, const DecCase& c) {
     f.lse = make_tensor(static_cast<float*>(lse_ref.get()) + bi * hq * sq, DType::kFP32, 1, hq, sq);
     f.causal = c.causal;
     f.window = c.window;  // bottom-right aligned on the gathered keys: sk = len_k(b)
+    f.softcap = c.softcap;
     const Result r = forward_reference_cuda(f);
     ASSERT_TRUE(r.ok()) << "reference: " << r.message;
   }
@@ -468,43 +471,74 @@ TEST_P(KvCacheWindowVsReference, MatchesGatheredFp64Reference) {
 INSTANTIATE_TEST_SUITE_P(Sm90, KvCacheWindowVsReference, ::testing::ValuesIn(window_cases()),
                          [](const ::testing::TestParamInfo<WindowCase>& info) { return window_case_name(info.param); });
 
+// One option case of the tests below: shape, layout, window, softcap, split count (seqlen_new 2).
+struct OptionVariant {
+  const char* name; DType t; int d; int64_t page, hq, hkv, sq; bool causal; Window w; int64_t capacity;
+  std::vector<int> cached; int splits; int64_t pad; bool lse; float cap;
+};
+
+DecCase option_case(const OptionVariant& v, const std::string& prefix) {
+  DecCase c;
+  c.name = prefix + v.name;
+  c.dtype = v.t;
+  c.head_dim = v.d;
+  c.page_size = v.page;
+  c.heads_q = v.hq;
+  c.heads_kv = v.hkv;
+  c.seqlen_q = v.sq;
+  c.causal = v.causal;
+  c.window = v.w;
+  c.softcap = v.cap;
+  c.capacity = v.capacity;
+  c.cached = v.cached;
+  c.seqlen_new = 2;
+  c.num_splits = v.splits;
+  c.row_pad = v.pad;
+  c.with_lse = v.lse;
+  return c;
+}
+
 // Windows over the other dtypes, head dims and GQA shapes (MQA, no GQA, a 16-query group), a long
 // cache with a window much shorter than it (the split heuristic sizes for the window), and a
 // window on a strided cache without lse.
 TEST(Sm90KvCache, SlidingWindowOptions) {
   if (!has_sm90()) GTEST_SKIP() << "no sm_90 device";
-  struct Variant {
-    const char* name; DType t; int d; int64_t page, hq, hkv, sq; bool causal; Window w; int64_t capacity;
-    std::vector<int> cached; int splits; int64_t pad; bool lse;
+  const OptionVariant variants[] = {
+      {"fp16_d64_mqa_left33", DType::kFP16, 64, 0, 8, 1, 3, false, {33, -1}, 768, {700, 0, 65, 766}, 0, 0, true, 0.f},
+      {"fp16_d256_both20_5", DType::kFP16, 256, 64, 4, 2, 2, false, {20, 5}, 768, {766, 1, 200}, 3, 0, true, 0.f},
+      {"bf16_d64_nogqa_causal_left9", DType::kBF16, 64, 16, 4, 4, 17, true, {9, 0}, 768, {0, 766, 17}, 0, 0, true, 0.f},
+      {"bf16_d256_group16_right1", DType::kBF16, 256, 0, 16, 1, 4, false, {-1, 1}, 768, {3, 766, 400}, 2, 0, true, 0.f},
+      {"bf16_d128_long_left4095", DType::kBF16, 128, 256, 32, 8, 1, true, {4095, -1}, 65536, {65534, 30000}, 0, 0, true, 0.f},
+      {"bf16_d128_long_left4095_forced16", DType::kBF16, 128, 0, 32, 8, 1, false, {4095, -1}, 65536, {65534, 5000}, 16, 0, true, 0.f},
+      {"fp16_d128_strided_nolse_left50", DType::kFP16, 128, 48, 8, 2, 4, true, {50, -1}, 960, {958, 2, 500}, 0, 24, false, 0.f},
   };
-  const Variant variants[] = {
-      {"fp16_d64_mqa_left33", DType::kFP16, 64, 0, 8, 1, 3, false, {33, -1}, 768, {700, 0, 65, 766}, 0, 0, true},
-      {"fp16_d256_both20_5", DType::kFP16, 256, 64, 4, 2, 2, false, {20, 5}, 768, {766, 1, 200}, 3, 0, true},
-      {"bf16_d64_nogqa_causal_left9", DType::kBF16, 64, 16, 4, 4, 17, true, {9, 0}, 768, {0, 766, 17}, 0, 0, true},
-      {"bf16_d256_group16_right1", DType::kBF16, 256, 0, 16, 1, 4, false, {-1, 1}, 768, {3, 766, 400}, 2, 0, true},
-      {"bf16_d128_long_left4095", DType::kBF16, 128, 256, 32, 8, 1, true, {4095, -1}, 65536, {65534, 30000}, 0, 0, true},
-      {"bf16_d128_long_left4095_forced16", DType::kBF16, 128, 0, 32, 8, 1, false, {4095, -1}, 65536, {65534, 5000}, 16, 0, true},
-      {"fp16_d128_strided_nolse_left50", DType::kFP16, 128, 48, 8, 2, 4, true, {50, -1}, 960, {958, 2, 500}, 0, 24, false},
-  };
-  for (const Variant& v : variants) {
-    DecCase c;
-    c.name = std::string("window_") + v.name;
-    c.dtype = v.t;
-    c.head_dim = v.d;
-    c.page_size = v.page;
-    c.heads_q = v.hq;
-    c.heads_kv = v.hkv;
-    c.seqlen_q = v.sq;
-    c.causal = v.causal;
-    c.window = v.w;
-    c.capacity = v.capacity;
-    c.cached = v.cached;
-    c.seqlen_new = 2;
-    c.num_splits = v.splits;
-    c.row_pad = v.pad;
-    c.with_lse = v.lse;
+  for (const OptionVariant& v : variants) {
     DecRun x;
-    run_and_check(x, c);
+    run_and_check(x, option_case(v, "window_"));
+  }
+}
+
+// Softcap (Gemma 2's 50, and 2, where capping changes almost every weight) over dtypes, head dims,
+// GQA shapes, paged and contiguous caches, an append, split counts, causal and a window, each
+// against the fp64 reference with the same cap; and the cap visibly changes the result.
+TEST(Sm90KvCache, Softcap) {
+  if (!has_sm90()) GTEST_SKIP() << "no sm_90 device";
+  const std::vector<int> cached = {700, 0, 65, 766};
+  const OptionVariant variants[] = {
+      {"bf16_d128_gqa4_cap50", DType::kBF16, 128, 0, 32, 8, 1, false, {}, 768, cached, 0, 0, true, 50.f},
+      {"bf16_d128_paged64_cap2_splits5", DType::kBF16, 128, 64, 8, 2, 1, false, {}, 768, cached, 5, 0, true, 2.f},
+      {"fp16_d64_paged16_causal_q4_cap2", DType::kFP16, 64, 16, 8, 2, 4, true, {}, 768, cached, 0, 0, true, 2.f},
+      {"fp16_d256_mqa_q3_cap30", DType::kFP16, 256, 0, 4, 1, 3, false, {}, 768, cached, 1, 8, false, 30.f},
+      {"bf16_d64_causal_left40_cap2", DType::kBF16, 64, 0, 8, 8, 17, true, {40, 0}, 768, cached, 3, 0, true, 2.f},
+  };
+  for (const OptionVariant& v : variants) {
+    DecRun x;
+    const Outputs capped = run_and_check(x, option_case(v, "softcap_"));
+    if (v.cap <= 2.f) {  // q entries of +-3 give scores far past 2: the cap must show in the output
+      x.args.softcap = 0.f;  // the same problem (appending the same rows again writes the same bytes)
+      const Outputs plain = run(x, v.splits);
+      EXPECT_FALSE(plain.out == capped.out) << v.name << ": softcap did not change the output";
+    }
   }
 }
 

@@ -1,8 +1,8 @@
 # hopattn.flash_attn_interface, the drop-in for FlashAttention-3's flash_attn_interface module.
 #  - Everywhere (no torch, no library): the signatures equal FA3's (names, order, defaults); every
 #    unsupported argument raises NotImplementedError naming it, before any tensor is looked at
-#    (softcap only in flash_attn_with_kvcache: the others hand it on; softcap's values are tested in
-#    test_softcap.py); every function hands window_size on with FA3's causal rule (the KV-cache
+#    (every function hands softcap on, the KV-cache call too since C ABI 8; softcap's values are
+#    tested in test_softcap.py); every function hands window_size on with FA3's causal rule (the KV-cache
 #    call too, since C ABI 7);
 #    flash_attn_combine / get_scheduler_metadata raise; importing it imports no torch;
 #    flash_attn_varlen_func and flash_attn_with_kvcache hand every supported argument to
@@ -183,12 +183,13 @@ def test_window_size_must_be_a_pair_of_ints(window_size):
             call()
 
 
-def test_flash_attn_with_kvcache_checks_softcap_before_the_window():
-    # softcap is refused (the KV-cache kernel has none) whatever the window, and a bad window's form
-    # is reported only once the unsupported arguments are settled, as in flash_attn_func.
-    with pytest.raises(NotImplementedError, match=r"^flash_attn_with_kvcache: softcap=.*no softcapping"):
+def test_flash_attn_with_kvcache_checks_the_window_then_softcap():
+    # As flash_attn_func: the window's form first, then softcap's value, before any tensor.
+    with pytest.raises(TypeError, match="window_size"):
         fai.flash_attn_with_kvcache(SENTINEL, SENTINEL, SENTINEL, cache_seqlens=SENTINEL, window_size="ab",
-                                    softcap=30.0)
+                                    softcap=-1.0)
+    with pytest.raises(ValueError, match="softcap must be a finite float >= 0"):
+        fai.flash_attn_with_kvcache(SENTINEL, SENTINEL, SENTINEL, cache_seqlens=SENTINEL, softcap=-1.0)
 
 
 def test_tensor_arguments_are_named_by_shape_not_contents():
@@ -197,12 +198,11 @@ def test_tensor_arguments_are_named_by_shape_not_contents():
         fai.flash_attn_func(SENTINEL, SENTINEL, SENTINEL, qv=value)
 
 
-# flash_attn_func's unsupported arguments that flash_attn_with_kvcache has too, and its own (the
-# KV-cache kernel has no softcapping, which the other functions take; its window_size is mapped).
+# flash_attn_func's unsupported arguments that flash_attn_with_kvcache has too, and its own (its
+# window_size and softcap are mapped).
 KVCACHE_UNSUPPORTED = {
     **{name: UNSUPPORTED[name] for name in ("qv", "q_descale", "k_descale", "v_descale", "attention_chunk",
                                             "pack_gqa", "sm_margin")},
-    "softcap": 30.0,
     "rotary_cos": SENTINEL,
     "rotary_sin": SENTINEL,
     "cache_batch_idx": SENTINEL,
@@ -233,11 +233,12 @@ def test_flash_attn_with_kvcache_passes_its_arguments_through(monkeypatch, pack_
     q, k_cache, v_cache, k, v, seqlens, page_table = (np.zeros((3, 1)) for _ in range(7))
     assert fai.flash_attn_with_kvcache(q, k_cache, v_cache, k=k, v=v, cache_seqlens=seqlens, page_table=page_table,
                                        softmax_scale=0.5, causal=True, num_splits=num_splits, pack_gqa=pack_gqa,
-                                       return_softmax_lse=True) == "out"
+                                       return_softmax_lse=True, softcap=2) == "out"
     (args, kw), = calls
     assert all(a is b for a, b in zip(args, (q, k_cache, v_cache, seqlens)))
     assert kw.pop("k") is k and kw.pop("v") is v and kw.pop("page_table") is page_table
-    assert kw == dict(causal=True, softmax_scale=0.5, num_splits=num_splits, return_lse=True, window_size=(-1, -1))
+    assert kw == dict(causal=True, softmax_scale=0.5, num_splits=num_splits, return_lse=True, window_size=(-1, -1),
+                      softcap=2.0)
 
 
 def test_flash_attn_with_kvcache_int_and_missing_cache_seqlens(monkeypatch):

@@ -53,21 +53,22 @@ def lib():
 def test_signature():
     params = list(inspect.signature(hopattn.attention_with_kvcache).parameters)
     assert params == ["q", "k_cache", "v_cache", "cache_seqlens", "k", "v", "page_table", "causal", "softmax_scale",
-                      "num_splits", "return_lse", "check_index_values", "window_size"]
+                      "num_splits", "return_lse", "check_index_values", "window_size", "softcap"]
     window = inspect.signature(hopattn.attention_with_kvcache).parameters["window_size"].default
     assert window == (-1, -1) and window is hopattn.ops.NO_WINDOW
-    # The KV-cache kernel has no softcapping: the call does not offer it.
-    assert "softcap" not in inspect.signature(hopattn.attention_with_kvcache).parameters
+    last = list(inspect.signature(hopattn.attention_with_kvcache).parameters.values())[-1]
+    assert (last.name, last.default) == ("softcap", 0.0)  # C ABI 8
     assert "attention_with_kvcache" in hopattn.__all__
 
 
 # 9 tensors of 80 bytes (720) + causal, has_softmax_scale, softmax_scale, num_splits,
-# check_index_values, has_window (744) + int64 window_left, window_right (ABI 7) -> 760.
-KV_SIZE = 760
+# check_index_values, has_window (744) + int64 window_left, window_right (ABI 7) + float softcap
+# (ABI 8, 764) -> padded to 768.
+KV_SIZE = 768
 KV_OFFSETS = {"q": 0, "k_cache": 80, "v_cache": 160, "cache_seqlens": 240, "page_table": 320, "k_new": 400,
               "v_new": 480, "out": 560, "lse": 640, "causal": 720, "has_softmax_scale": 724, "softmax_scale": 728,
               "num_splits": 732, "check_index_values": 736, "has_window": 740, "window_left": 744,
-              "window_right": 752}
+              "window_right": 752, "softcap": 760}
 
 
 def test_struct_layout():
@@ -183,7 +184,8 @@ def make_problem(batch_lens, seqlen_q, heads_q, heads_kv, head_dim, capacity, pa
     return q, k_cache, v_cache, seqlens, page_table, k, v
 
 
-def expected(q, k_cache, v_cache, seqlens, page_table, k, v, causal, softmax_scale=None, window_size=(-1, -1)):
+def expected(q, k_cache, v_cache, seqlens, page_table, k, v, causal, softmax_scale=None, window_size=(-1, -1),
+             softcap=0.0):
     """(out, lse, k_cache_after, v_cache_after) in float64 from the formula on gathered keys; the
     window is bottom-right aligned per sequence over its keys after the append."""
     kc, vc = k_cache.astype(np.float64), v_cache.astype(np.float64)
@@ -201,7 +203,7 @@ def expected(q, k_cache, v_cache, seqlens, page_table, k, v, causal, softmax_sca
     for b in range(batch):
         length = int(seqlens[b]) + new
         o, l = naive_attention(q[b : b + 1], gather(kc, page_table, b, length)[None], gather(vc, page_table, b, length)[None],
-                               causal=causal, softmax_scale=softmax_scale, window_size=window_size)
+                               causal=causal, softmax_scale=softmax_scale, window_size=window_size, softcap=softcap)
         outs.append(o[0])
         lses.append(l[0])
     return np.stack(outs), np.stack(lses), kc, vc
@@ -360,6 +362,47 @@ def test_numpy_window_float16_scale_and_splits(lib):
     again = hopattn.attention_with_kvcache(q, *caches, seqlens, k=k, v=v, page_table=page_table, causal=True,
                                            softmax_scale=0.3, window_size=(4, 0), num_splits=5)
     np.testing.assert_array_equal(out, again)  # num_splits is ignored on the CPU, the window is not
+
+
+# (lens, seqlen_q, heads_q, heads_kv, head_dim, capacity, page_size, seqlen_new, causal, window, softcap)
+SOFTCAP_CASES = {
+    "cap0.5-sq1-contig": ([5, 0, 1, 30], 1, 4, 2, 16, 32, 0, 0, False, (-1, -1), 0.5),
+    "cap2-sq4-paged4-append-gqa-causal": ([7, 0, 19, 28], 4, 8, 2, 8, 32, 4, 2, True, (-1, -1), 2.0),
+    "cap30-sq4-paged5-window": ([0, 24, 11], 4, 6, 3, 8, 25, 5, 0, False, (3, 1), 30.0),
+}
+
+
+@pytest.mark.parametrize("name", list(SOFTCAP_CASES))
+def test_numpy_softcap_against_float64_and_attention_on_gathered_keys(lib, name):
+    # C ABI 8: softcap through the KV-cache call, against the float64 formula and, bit for bit, the
+    # dense CPU reference on each sequence's gathered keys with the same cap; and it is not dropped.
+    lens, sq, hq, hkv, d, capacity, page, new, causal, window, cap = SOFTCAP_CASES[name]
+    q, k_cache, v_cache, seqlens, page_table, k, v = make_problem(lens, sq, hq, hkv, d, capacity, page, new, seed=13)
+    q = q * 4  # scores well past the small caps
+    caches = (k_cache.copy(), v_cache.copy())
+    want_out, want_lse, _, _ = expected(q, k_cache, v_cache, seqlens, page_table, k, v, causal, window_size=window,
+                                        softcap=cap)
+    out, lse = hopattn.attention_with_kvcache(q, k_cache, v_cache, seqlens, k=k, v=v, page_table=page_table,
+                                              causal=causal, return_lse=True, window_size=window, softcap=cap)
+    np.testing.assert_allclose(out, want_out, rtol=1e-5, atol=1e-5)
+    finite = np.isfinite(want_lse)
+    np.testing.assert_array_equal(np.isfinite(lse), finite)
+    np.testing.assert_allclose(lse[finite], want_lse[finite], rtol=1e-5, atol=1e-5)
+    gathered_out, gathered_lse = attention_on_gathered_keys(q, k_cache, v_cache, seqlens, page_table, new, causal,
+                                                            window, softcap=cap)
+    np.testing.assert_array_equal(out, gathered_out)
+    np.testing.assert_array_equal(lse, gathered_lse)
+    if cap <= 2.0:
+        plain = hopattn.attention_with_kvcache(q, *caches, seqlens, k=k, v=v, page_table=page_table, causal=causal,
+                                               window_size=window)
+        assert not np.allclose(plain, out, atol=1e-3)
+
+
+def test_numpy_bad_softcap_values_name_softcap(lib):
+    args = make_problem([3, 5], 1, 4, 2, 16, 8, 0, 0, seed=14)[:4]
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(hopattn.InvalidArgumentError, match="softcap must be a finite float >= 0"):
+            hopattn.attention_with_kvcache(*args, softcap=bad)
 
 
 @pytest.mark.parametrize(
@@ -536,6 +579,44 @@ def test_gpu_window_against_float64_and_attention_on_gathered_keys(lib, name, pa
 
 
 @needs_gpu
+@pytest.mark.parametrize("dtype_name", ["bf16", "fp16"])
+@pytest.mark.parametrize("page", [0, 64])
+@pytest.mark.parametrize("sq, causal, window, cap", [(1, False, (-1, -1), 50.0), (4, True, (-1, -1), 2.0),
+                                                     (4, False, (100, 1), 2.0)])
+def test_gpu_softcap_against_float64_and_attention_on_gathered_keys(lib, dtype_name, page, sq, causal, window, cap):
+    # The sm90 decode kernel's softcap (C ABI 8) against the float64 formula and, per sequence, the
+    # dense sm90 forward's softcap on the gathered keys; splits forced and not give the same answer.
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype_name]
+    lens, new = [0, 1, 300, 509, 77], 2
+    q, k_cache, v_cache, seqlens, page_table, k, v = gpu_problem(lens, sq, 16, 4, 128, 512, page, new, dtype, seed=23)
+    q = q * 4
+    want_out, want_lse, _, _ = expected(*(to_numpy64(t) for t in (q, k_cache, v_cache)), seqlens.cpu().numpy(),
+                                        None if page_table is None else page_table.cpu().numpy(),
+                                        to_numpy64(k), to_numpy64(v), causal, window_size=window, softcap=cap)
+    out, lse = hopattn.attention_with_kvcache(q, k_cache, v_cache, seqlens, k=k, v=v, page_table=page_table,
+                                              causal=causal, return_lse=True, window_size=window, softcap=cap)
+    torch.cuda.synchronize()
+    tol = 1e-2 if dtype == torch.bfloat16 else 3e-3
+    assert rel_l2(to_numpy64(out), want_out) < tol
+    got_lse = lse.cpu().numpy()
+    finite = np.isfinite(want_lse)
+    np.testing.assert_array_equal(np.isfinite(got_lse), finite)
+    np.testing.assert_allclose(got_lse[finite], want_lse[finite], rtol=1e-4, atol=1e-4)
+    for b, length in enumerate(l + new for l in lens):
+        keys, values = gather_torch(k_cache, page_table, b, length), gather_torch(v_cache, page_table, b, length)
+        dense_out = hopattn.attention(q[b : b + 1], keys[None], values[None], causal=causal, window_size=window,
+                                      softcap=cap)
+        assert rel_l2(to_numpy64(out[b]), to_numpy64(dense_out[0])) < 2 * tol, b
+    split = hopattn.attention_with_kvcache(q, k_cache, v_cache, seqlens, page_table=page_table, causal=causal,
+                                           window_size=window, softcap=cap, num_splits=7)
+    assert rel_l2(to_numpy64(split), to_numpy64(out)) < tol
+    if cap <= 2.0:
+        plain = hopattn.attention_with_kvcache(q, k_cache, v_cache, seqlens, page_table=page_table, causal=causal,
+                                               window_size=window)
+        assert rel_l2(to_numpy64(plain), to_numpy64(out)) > 5 * tol
+
+
+@needs_gpu
 def test_gpu_window_split_counts_and_determinism(lib):
     # A 4k window over a 9k cache: the splits cover only the keys the window reaches.
     q, k_cache, v_cache, seqlens, page_table, _, _ = gpu_problem([9000, 0, 1500, 9], 2, 16, 4, 128, 9216, 64, 0,
@@ -614,8 +695,8 @@ def test_op_schema_declares_the_append():
     assert str(torch_ops.fwd_kvcache._schema) == (
         "hopattn::fwd_kvcache(Tensor q, Tensor(a1!) k_cache, Tensor(a2!) v_cache, Tensor cache_seqlens, "
         "Tensor? k=None, Tensor? v=None, Tensor? page_table=None, bool causal=False, float? softmax_scale=None, "
-        "SymInt num_splits=0, bool check_index_values=False, SymInt window_left=-1, SymInt window_right=-1) "
-        "-> (Tensor, Tensor)"
+        "SymInt num_splits=0, bool check_index_values=False, SymInt window_left=-1, SymInt window_right=-1, "
+        "float softcap=0.) -> (Tensor, Tensor)"
     )
 
 
@@ -643,6 +724,28 @@ OP_WINDOWS = {
     "paged-append-right": ("paged-append", (-1, 1), None),
     "paged-causal-wide": ("paged-causal", (HUGE, -1), None),
 }
+
+
+@needs_custom_op
+def test_op_cpu_kernel_with_softcap_equals_numpy(lib):
+    # The op's softcap argument (last, default 0.0) reaches the CPU reference; opcheck with it.
+    from hopattn import torch_ops
+
+    q, k_cache, v_cache, seqlens, page_table, k, v, causal = torch_problem("paged-append", seed=9)
+    q = q * 4
+    arrays = [None if t is None else t.numpy().copy() for t in (q, k_cache, v_cache, seqlens, page_table, k, v)]
+    out, lse = torch_ops.fwd_kvcache(q, k_cache, v_cache, seqlens, k, v, page_table, causal, None, 0, False, 2, 1,
+                                     1.5)
+    want_out, want_lse = hopattn.attention_with_kvcache(*arrays[:4], k=arrays[5], v=arrays[6], page_table=arrays[4],
+                                                        causal=causal, return_lse=True, window_size=(2, 1),
+                                                        softcap=1.5)
+    np.testing.assert_array_equal(out.numpy(), want_out)
+    np.testing.assert_array_equal(lse.numpy(), want_lse)
+    plain = torch_ops.fwd_kvcache(q, k_cache.clone(), v_cache.clone(), seqlens, k, v, page_table, causal=causal,
+                                  window_left=2, window_right=1)
+    assert not torch.equal(plain[0], out)
+    torch.library.opcheck(torch_ops.fwd_kvcache, (q, k_cache.clone(), v_cache.clone(), seqlens, k, v, page_table),
+                          {"causal": causal, "softcap": 1.5})
 
 
 @needs_custom_op
@@ -749,7 +852,7 @@ def test_dynamo_traces_attention_with_kvcache_as_one_graph():
 
     def step(q, k_cache, v_cache, seqlens, k, v):
         return hopattn.attention_with_kvcache(q, k_cache, v_cache, seqlens, k=k, v=v, causal=True,
-                                              window_size=(256, 0)) * 2
+                                              window_size=(256, 0), softcap=30.0) * 2
 
     with FakeTensorMode():
         q = torch.empty(2, 1, 8, 128, dtype=torch.bfloat16, device="cuda")
@@ -760,8 +863,9 @@ def test_dynamo_traces_attention_with_kvcache_as_one_graph():
     assert (explanation.graph_count, explanation.graph_break_count) == (1, 0), explanation.break_reasons
     nodes = [node for node in explanation.graphs[0].graph.nodes if node.target is torch.ops.hopattn.fwd_kvcache.default]
     assert len(nodes) == 1
-    # The window reaches the op as its last two arguments (window_left, window_right).
-    assert tuple(nodes[0].args[-2:]) == (256, 0), nodes[0].args
+    # The window and the softcap reach the op as its last three arguments (window_left, window_right,
+    # softcap).
+    assert tuple(nodes[0].args[-3:]) == (256, 0, 30.0), nodes[0].args
 
 
 @needs_custom_op
@@ -887,13 +991,14 @@ def test_bench_bytes_formula():
 # --- the CUDA route's packed struct ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("batch, paged, new, with_lse, scale, window, splits", [
-    (1, False, False, True, None, (-1, -1), 0),  # batch 1: size-1 cache_seqlens (make_tensor's stride rule)
-    (3, True, True, False, 0.3, (7, 0), 5),
-    (2, False, True, True, 1.5, (1 << 40, 3), 1),
-    (4, True, False, True, None, (0, -1), 64),
+@pytest.mark.parametrize("batch, paged, new, with_lse, scale, window, splits, softcap", [
+    (1, False, False, True, None, (-1, -1), 0, 0.0),  # batch 1: size-1 cache_seqlens (make_tensor's stride rule)
+    (3, True, True, False, 0.3, (7, 0), 5, 30.0),
+    (2, False, True, True, 1.5, (1 << 40, 3), 1, 0.1),
+    (4, True, False, True, None, (0, -1), 64, 0.0),
 ])
-def test_packed_kvcache_args_equal_the_ctypes_constructor(batch, paged, new, with_lse, scale, window, splits):
+def test_packed_kvcache_args_equal_the_ctypes_constructor(batch, paged, new, with_lse, scale, window, splits,
+                                                          softcap):
     # kvcache._packed_args (one struct.pack_into, the CUDA route's fast path) must give the bytes of
     # _args over ops._torch_tensor for the same tensors; CPU tensors stand in (only pointers are read).
     torch = pytest.importorskip("torch")
@@ -914,8 +1019,76 @@ def test_packed_kvcache_args_equal_the_ctypes_constructor(batch, paged, new, wit
     out = torch.empty_like(q)
     lse = torch.empty(batch, 8, 2, dtype=torch.float32) if with_lse else None
     packed = kvcache._packed_args(st_codes, q, k_cache, v_cache, seqlens, page_table, k, v, out, lse, True, scale,
-                                  splits, True, window)
+                                  splits, True, window, softcap)
     assert packed is not None
     want = kvcache._args(functools.partial(ops._torch_tensor, torch), q, k_cache, v_cache, seqlens, page_table, k, v,
-                         out, lse, True, scale, splits, True, window)
+                         out, lse, True, scale, splits, True, window, softcap)
     assert bytes(packed) == bytes(want)
+    assert packed.softcap == pytest.approx(softcap)
+
+
+@pytest.mark.parametrize("need, status", [(4096, 0), (0, 0), (4096, _lib.STATUS_INVALID_ARGUMENT)])
+def test_launch_cuda_sequence(monkeypatch, need, status):
+    # kvcache._launch_cuda, the eager CUDA route's launcher, with CPU tensors standing in and a fake
+    # library recording its calls: the struct (passed as is, not byref) equals _args' bytes; the
+    # size query, then the launch with a workspace of the answered size (NULL for 0) from q.new_empty,
+    # both on q's device switched to and restored after; a failed launch raises the library's error.
+    torch = pytest.importorskip("torch")
+    from types import SimpleNamespace
+
+    from hopattn import kvcache, ops
+
+    calls = []
+    st = SimpleNamespace(
+        torch=torch, empty_like=torch.empty_like, contiguous_format=torch.contiguous_format, float32=torch.float32,
+        uint8=torch.uint8, codes=ops._direct(torch).codes, raw_stream=lambda dev: 1234,
+        exchange_device=lambda dev: calls.append(("exchange", dev)) or 7,
+        restore_device=lambda prev: calls.append(("restore", prev)),
+    )
+
+    class FakeLib:
+        def hopattn_attention_with_kvcache_workspace_size(self, args):
+            calls.append(("size", bytes(args)))
+            return need
+
+        def hopattn_attention_with_kvcache(self, args, workspace, workspace_bytes, stream):
+            calls.append(("launch", bytes(args), workspace, workspace_bytes, stream))
+            return status
+
+    monkeypatch.setattr(kvcache, "_lib_kvcache", FakeLib)
+    monkeypatch.setattr(_lib, "last_error", lambda: "the library's message")
+    q = torch.randn(2, 3, 8, 64, dtype=torch.float16)
+    k_cache = torch.randn(2, 40, 2, 64, dtype=torch.float16)
+    v_cache = torch.randn_like(k_cache)
+    seqlens = torch.full((2,), 5, dtype=torch.int32)
+    k = torch.randn(2, 1, 2, 64, dtype=torch.float16)
+    v = torch.randn_like(k)
+    run = functools.partial(kvcache._launch_cuda, st, q, k_cache, v_cache, seqlens, k, v, None, True, 0.25, 3, False,
+                            True, (4, -1))
+    if status:
+        with pytest.raises(hopattn.InvalidArgumentError, match="hopattn KV-cache attention: the library's message"):
+            run()
+    else:
+        out, lse = run()
+        assert out.shape == q.shape and out.dtype == q.dtype and out.is_contiguous()
+        assert lse.shape == (2, 8, 3) and lse.dtype == torch.float32
+        want = kvcache._args(functools.partial(ops._torch_tensor, torch), q, k_cache, v_cache, seqlens, None, k, v,
+                             out, lse, True, 0.25, 3, False, (4, -1))
+        assert calls[1][1] == calls[2][1] == bytes(want)
+    assert [c[0] for c in calls] == ["exchange", "size", "launch", "restore"]
+    assert calls[0] == ("exchange", q.get_device()) and calls[3] == ("restore", 7)
+    _, _, workspace, workspace_bytes, stream = calls[2]
+    assert (workspace is None) == (need == 0) and workspace_bytes == need and stream == 1234
+
+
+def test_plain_cuda_sends_cpu_tensors_to_the_checked_route():
+    # _plain_cuda admits only CUDA tensors; CPU ones take _run_torch, whose checks raise as before.
+    torch = pytest.importorskip("torch")
+    from hopattn import kvcache, ops
+
+    q = torch.zeros(1, 1, 2, 64, dtype=torch.bfloat16)
+    cache = torch.zeros(1, 8, 2, 64, dtype=torch.bfloat16)
+    seqlens = torch.zeros(1, dtype=torch.int32)
+    assert not kvcache._plain_cuda(ops._direct(torch), q, cache, cache, seqlens, None, None, None)
+    with pytest.raises(hopattn.InvalidArgumentError, match="q: expected a CUDA tensor"):
+        hopattn.attention_with_kvcache(q, cache, cache, seqlens)

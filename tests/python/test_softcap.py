@@ -4,7 +4,7 @@
 #  - Everywhere (no library, no torch): softcap must be a finite float >= 0 (bool, strings, None,
 #    NaN, inf, negatives and values beyond a C float refused with a ValueError naming softcap) on
 #    every entry point, before any array is looked at; the C structs carry it; signatures take it
-#    last; flash_attn_with_kvcache refuses a nonzero one (the KV-cache kernel has none); the FP8
+#    last; attention_with_kvcache and flash_attn_with_kvcache take it too (C ABI 8); the FP8
 #    entry points have no softcap.
 #  - With the library (numpy, the CPU reference): out and lse against a float64 numpy formula (GQA,
 #    causal, windows, rows that see no key, tiny and huge caps), gradients (attention_backward)
@@ -106,22 +106,27 @@ def test_accepted_softcaps_become_python_floats(value, want):
 
 
 def test_signatures_take_softcap_last_with_default_0():
-    for fn in (hopattn.attention, hopattn.attention_backward, hopattn.attention_reference, hopattn.varlen_attention):
+    for fn in (hopattn.attention, hopattn.attention_backward, hopattn.attention_reference, hopattn.varlen_attention,
+               hopattn.attention_with_kvcache):
         last = list(inspect.signature(fn).parameters.values())[-1]
         assert (last.name, last.default) == ("softcap", 0.0), fn.__name__
 
 
 def test_fp8_entry_points_take_no_softcap():
     # The FP8 forward has no softcapping (the library refuses a nonzero one); the Python API does not offer it.
-    for fn in (hopattn.attention_fp8, hopattn.forward_fp8, hopattn.attention_with_kvcache):
+    for fn in (hopattn.attention_fp8, hopattn.forward_fp8):
         assert "softcap" not in inspect.signature(fn).parameters, fn.__name__
 
 
-@pytest.mark.parametrize("softcap", [30.0, 1e-3, -1.0, "x", True])
-def test_flash_attn_with_kvcache_refuses_any_softcap_but_0(softcap):
-    # The KV-cache kernel has no softcapping: refused, never silently dropped (before any tensor).
-    with pytest.raises(NotImplementedError, match=r"^flash_attn_with_kvcache: softcap=.*no softcapping"):
-        fai.flash_attn_with_kvcache(object(), object(), object(), cache_seqlens=object(), softcap=softcap)
+@pytest.mark.parametrize("softcap", BAD_SOFTCAPS, ids=repr)
+def test_kvcache_calls_check_softcap_before_the_arrays(softcap):
+    # attention_with_kvcache and flash_attn_with_kvcache (C ABI 8): the value first, as elsewhere.
+    for call in (lambda: hopattn.attention_with_kvcache(object(), object(), object(), object(), softcap=softcap),
+                 lambda: fai.flash_attn_with_kvcache(object(), object(), object(), cache_seqlens=object(),
+                                                     softcap=softcap)):
+        with pytest.raises(ValueError, match="softcap must be a finite float >= 0") as info:
+            call()
+        assert isinstance(info.value, hopattn.InvalidArgumentError)
 
 
 def test_flash_attn_functions_hand_softcap_on(monkeypatch):

@@ -2,7 +2,7 @@
 // (normalised O, log2-domain LSE) pairs from the workspace and writes
 //   out = sum_s w_s O_s / sum_s w_s,  w_s = 2^(lse_s - max_s lse_s),  lse = ln2 * (max + log2(sum w)).
 // Splits are summed in index order (bitwise reproducible); splits whose weight is 0 (no key seen)
-// are skipped, so their O is never read. A row no split saw gets out = 0 and lse = -inf.
+// add nothing. A row no split saw gets out = 0 and lse = -inf.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -46,7 +46,15 @@ __device__ __forceinline__ void store_columns(Element* dst, const float (&v)[kPe
 template <typename Element, int kHeadDim>
 __global__ void __launch_bounds__(kThreads) combine_kernel(const __grid_constant__ DecodeParams params) {
   constexpr int kPerLane = kHeadDim / 32;
+  // Splits whose partial O rows are loaded at once, before any of them is needed: a round trip to
+  // L2 is ~0.7 us and this kernel is nothing but round trips (16 splits read two at a time cost
+  // ~6 us), so every load of a batch is in flight together, with the LSE loads of the first.
+  constexpr int kBatch = kHeadDim == 256 ? 8 : 16;
+  constexpr int kLsePerLane = kMaxSplits / 32;
   __shared__ float weights[kWarps][kMaxSplits];
+  // Launched programmatically behind the split kernel (launch.cuh): everything below reads its
+  // output, so wait for it first.
+  wait_for_primary_grid();
   const KvCacheProblem& p = params.p;
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
   const int64_t total_rows = p.batch * p.heads_q * p.seqlen_q;
@@ -54,9 +62,23 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const __grid_constant
   if (row >= total_rows) return;  // whole warps only; no block-wide barrier follows
   const int splits = params.num_splits;
   const float* lse_in = params.partial_lse + row;
+  // The split kernel writes every split's O for every row (zeros where it saw no key), so the O
+  // loads need not wait for the weights.
+  const float* o_in = params.partial_o + row * kHeadDim + lane * kPerLane;
+  const auto load_batch = [&](int first, float (&v)[kBatch][kPerLane]) {
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j)
+      if (first + j < splits) load_columns<kPerLane>(o_in + (first + j) * total_rows * kHeadDim, v[j]);
+  };
+  float v[kBatch][kPerLane];
+  load_batch(0, v);
+  float lse[kLsePerLane];
+#pragma unroll
+  for (int j = 0; j < kLsePerLane; ++j) lse[j] = lane + 32 * j < splits ? lse_in[(lane + 32 * j) * total_rows] : -INFINITY;
 
   float m = -INFINITY;
-  for (int s = lane; s < splits; s += 32) m = fmaxf(m, lse_in[s * total_rows]);
+#pragma unroll
+  for (int j = 0; j < kLsePerLane; ++j) m = fmaxf(m, lse[j]);
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, offset));
 
@@ -73,24 +95,26 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const __grid_constant
   }
 
   float total = 0.f;
-  for (int s = lane; s < splits; s += 32) {
-    const float w = exp2f(lse_in[s * total_rows] - m);
-    weights[warp][s] = w;
+#pragma unroll
+  for (int j = 0; j < kLsePerLane; ++j) {
+    const float w = exp2f(lse[j] - m);  // 0 past `splits` and for splits that saw no key
+    if (lane + 32 * j < kMaxSplits) weights[warp][lane + 32 * j] = w;
     total += w;
   }
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) total += __shfl_xor_sync(0xffffffffu, total, offset);
   __syncwarp();
 
-  const float* o_in = params.partial_o + row * kHeadDim + lane * kPerLane;
-#pragma unroll 2  // two splits' loads in flight; 4 makes ptxas spill at head_dim 256
-  for (int s = 0; s < splits; ++s) {
-    const float w = weights[warp][s];
-    if (w == 0.f) continue;  // warp-uniform
-    float v[kPerLane];
-    load_columns<kPerLane>(o_in + s * total_rows * kHeadDim, v);
+  // Splits are added in index order (bitwise reproducible); zero weights are skipped, as before.
+  for (int first = 0; first < splits; first += kBatch) {
+    if (first > 0) load_batch(first, v);
 #pragma unroll
-    for (int k = 0; k < kPerLane; ++k) acc[k] += w * v[k];
+    for (int j = 0; j < kBatch; ++j) {
+      const float w = first + j < splits ? weights[warp][first + j] : 0.f;
+      if (w == 0.f) continue;  // warp-uniform
+#pragma unroll
+      for (int k = 0; k < kPerLane; ++k) acc[k] += w * v[j][k];
+    }
   }
   const float inv = 1.f / total;  // total >= 1: the maximum's own weight
 #pragma unroll

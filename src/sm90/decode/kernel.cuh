@@ -11,6 +11,8 @@
 // the softmax, and needs no register transpose (ldmatrix does it). WGMMA would need 64-row tiles
 // (mostly padding here) and a warpgroup-wide pipeline for no gain in a memory-bound loop.
 //
+// Softcap (Gemma 2) applies to the scores before the mask, as in the attention kernels.
+//
 // Work split inside the block: each of the 4 warps takes every 4th 16-key chunk of the block's key
 // range with its own cp.async pipeline (kStages chunks deep) and its own online-softmax state, so
 // the main loop has no block-wide barrier. At the end the warps merge (max, sum, O) in shared
@@ -28,9 +30,9 @@
 
 namespace hopattn::sm90::decode {
 
-template <typename Element, int kHeadDim, int kRowTiles>
+template <typename Element, int kHeadDim, int kRowTiles, int kStagesArg = 0>
 __global__ void __launch_bounds__(kThreads) split_kernel(const __grid_constant__ DecodeParams params) {
-  using Cfg = TileConfig<kHeadDim, kRowTiles>;
+  using Cfg = TileConfig<kHeadDim, kRowTiles, kStagesArg>;
   using Op = Mma<Element>;
   constexpr int kRows = Cfg::kRows;
   constexpr int kRowChunks = Cfg::kRowChunks;
@@ -82,10 +84,16 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const __grid_constant__
   const uint32_t warp_pipe = smem_addr(pipe + warp * kStages * Cfg::kWarpStageBytes);
   const auto chunk_key = [&](int step) { return key_begin + step * kStepKeys + warp * kChunkKeys; };
   // One commit group per step, empty when the warp has no chunk there: the wait counts stay uniform.
+  // Paged caches: the page of the chunk issued next is loaded one issue ahead (next_page), so the
+  // copies never wait on the page table (a dependent L2 round trip per chunk otherwise).
+  int next_page = chunk_row_page(p, b, chunk_key(0), key_end, lane);
   const auto issue = [&](int step) {
+    const int page = next_page;
+    if (step + 1 < steps) next_page = chunk_row_page(p, b, chunk_key(step + 1), key_end, lane);
     if (step < steps && chunk_key(step) < key_end) {
       const uint32_t k_tile = warp_pipe + (step % kStages) * Cfg::kWarpStageBytes;
-      load_kv_chunk<Element, kHeadDim>(p, b, h_kv, chunk_key(step), key_end, k_tile, k_tile + Cfg::kTileBytes, lane);
+      load_kv_chunk<Element, kHeadDim>(p, b, h_kv, chunk_key(step), key_end, k_tile, k_tile + Cfg::kTileBytes, lane,
+                                       page);
     }
     cp_async_commit();
   };
@@ -130,6 +138,12 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const __grid_constant__
     row_sum[mt][0] = row_sum[mt][1] = 0.f;
   }
   const float scale_log2 = p.scale * kLog2e;
+  // Softcap (p.softcap > 0): a score x becomes softcap * tanh(scale * x / softcap), in log2 units.
+  // The branch is uniform over the grid; at a few query rows per 16 keys the tanh costs nothing
+  // next to the bytes, so full-precision tanhf rather than tanh.approx.
+  const bool softcapped = p.softcap > 0.f;
+  const float cap_inner = softcapped ? p.scale / p.softcap : 0.f;
+  const float cap_outer = p.softcap * kLog2e;
 
   for (int step = 0; step < steps; ++step) {
     cp_async_wait<kStages - 2>();  // this lane's copies of chunk `step` have landed
@@ -172,7 +186,7 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const __grid_constant__
             const int key = key0 + n * 8 + 2 * (lane & 3) + e;
             float& v = s[mt][n][2 * half + e];
             const bool visible = static_cast<unsigned>(key - key_first[mt][half]) < static_cast<unsigned>(key_count[mt][half]);
-            v = visible ? v * scale_log2 : -INFINITY;
+            v = !visible ? -INFINITY : softcapped ? cap_outer * tanhf(v * cap_inner) : v * scale_log2;
             mx = fmaxf(mx, v);
           }
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
@@ -217,6 +231,10 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const __grid_constant__
       }
     }
   }
+
+  // The combine kernel (with splits) may launch now: it waits for this grid's end anyway, and its
+  // launch then overlaps the merge below instead of following the last block.
+  launch_dependents();
 
   // Merge the warps: their states go to shared memory (the pipeline's bytes, now idle).
   cp_async_wait<0>();

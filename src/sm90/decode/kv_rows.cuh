@@ -19,27 +19,44 @@ __device__ __forceinline__ uint32_t swizzle(int r, int c) {
   return static_cast<uint32_t>((r * kRowChunks + (c ^ (r & 7))) * 16);
 }
 
-// Element offset of key `key` (0 <= key < p.capacity) of sequence b, kv head h, in a cache with
-// strides s: row `key` of slab b (contiguous), or row key % page_size of page
-// page_table[b][key / page_size] (paged; the page clamped to [0, num_pages)).
+// The page that holds key `key` (0 <= key < p.capacity) of sequence b in a paged cache:
+// page_table[b][key / page_size], clamped to [0, num_pages). 0 for a contiguous cache (unused).
+// Split from the address rule so a warp can load the next chunk's page a step early and not wait
+// on the page table right before its copies (load_kv_chunk's caller pipelines it).
+__device__ __forceinline__ int cache_page(const KvCacheProblem& p, int b, int key) {
+  if (p.page_table == nullptr) return 0;
+  const int page = __ldg(p.page_table + b * p.page_table_stride + key / static_cast<int>(p.page_size));
+  return min(max(page, 0), static_cast<int>(p.num_pages) - 1);
+}
+
+// Element offset of key `key` of sequence b, kv head h, in a cache with strides s, given its page
+// (cache_page): row `key` of slab b (contiguous), or row key % page_size of that page (paged).
+__device__ __forceinline__ int64_t cache_row_offset_in(const KvCacheProblem& p, int64_t s0, int64_t s1, int64_t s2,
+                                                        int b, int h, int key, int page) {
+  if (p.page_table == nullptr) return b * s0 + key * s1 + h * s2;
+  return page * s0 + (key % static_cast<int>(p.page_size)) * s1 + h * s2;
+}
+
 __device__ __forceinline__ int64_t cache_row_offset(const KvCacheProblem& p, int64_t s0, int64_t s1, int64_t s2,
                                                      int b, int h, int key) {
-  if (p.page_table == nullptr) return b * s0 + key * s1 + h * s2;
-  const int page_size = static_cast<int>(p.page_size);
-  const int slot = key / page_size;
-  int page = __ldg(p.page_table + b * p.page_table_stride + slot);
-  page = min(max(page, 0), static_cast<int>(p.num_pages) - 1);
-  return page * s0 + (key - slot * page_size) * s1 + h * s2;
+  return cache_row_offset_in(p, s0, s1, s2, b, h, key, cache_page(p, b, key));
+}
+
+// The page of the row this lane resolves in load_kv_chunk (key key0 + lane % 16), or 0 past key_end.
+__device__ __forceinline__ int chunk_row_page(const KvCacheProblem& p, int b, int key0, int key_end, int lane) {
+  const int key = key0 + (lane & 15);
+  return key < key_end ? cache_page(p, b, key) : 0;
 }
 
 // One warp copies keys key0 .. key0 + 15 of (b, h) from k_cache and v_cache into the swizzled
 // (16 x head_dim) tiles at shared addresses k_tile and v_tile with cp.async (not waited for here).
 // Keys at or past key_end are zero-filled without being read. Lanes 0-15 each resolve one K row's
-// address and lanes 16-31 one V row's, then every lane copies consecutive 16-byte chunks of rows
-// (a coalesced 256 bytes per 16 lanes), fetching the row addresses by shuffle.
+// address and lanes 16-31 one V row's (`page`: chunk_row_page of this chunk), then every lane
+// copies consecutive 16-byte chunks of rows (a coalesced 256 bytes per 16 lanes), fetching the row
+// addresses by shuffle.
 template <typename Element, int kHeadDim>
 __device__ __forceinline__ void load_kv_chunk(const KvCacheProblem& p, int b, int h, int key0, int key_end,
-                                              uint32_t k_tile, uint32_t v_tile, int lane) {
+                                              uint32_t k_tile, uint32_t v_tile, int lane, int page) {
   constexpr int kRowChunks = kHeadDim / 8;
   constexpr int kRowsPerPass = 32 / kRowChunks;
   const bool is_v = lane >= 16;
@@ -47,8 +64,8 @@ __device__ __forceinline__ void load_kv_chunk(const KvCacheProblem& p, int b, in
   const int valid = key < key_end;
   int64_t offset = 0;
   if (valid)
-    offset = is_v ? cache_row_offset(p, p.v_stride[0], p.v_stride[1], p.v_stride[2], b, h, key)
-                  : cache_row_offset(p, p.k_stride[0], p.k_stride[1], p.k_stride[2], b, h, key);
+    offset = is_v ? cache_row_offset_in(p, p.v_stride[0], p.v_stride[1], p.v_stride[2], b, h, key, page)
+                  : cache_row_offset_in(p, p.k_stride[0], p.k_stride[1], p.k_stride[2], b, h, key, page);
   const Element* k_base = static_cast<const Element*>(p.k_cache);
   const Element* v_base = static_cast<const Element*>(p.v_cache);
   const int c = lane % kRowChunks;

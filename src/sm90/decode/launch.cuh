@@ -20,13 +20,34 @@ struct ElementOf<DType::kBF16> { using type = __nv_bfloat16; };
 template <>
 struct ElementOf<DType::kFP16> { using type = __half; };
 
-template <typename Element, int kHeadDim, int kRowTiles>
+template <typename Element, int kHeadDim, int kRowTiles, int kStages = 0>
 cudaError_t launch_split(const DecodeParams& params, int64_t blocks, cudaStream_t stream) {
-  constexpr auto kernel = &split_kernel<Element, kHeadDim, kRowTiles>;
-  constexpr int smem = TileConfig<kHeadDim, kRowTiles>::kSmemBytes;
+  constexpr auto kernel = &split_kernel<Element, kHeadDim, kRowTiles, kStages>;
+  constexpr int smem = TileConfig<kHeadDim, kRowTiles, kStages>::kSmemBytes;
   if (cudaError_t e = set_max_dynamic_smem_once<kernel>(smem); e != cudaSuccess) return e;
   kernel<<<static_cast<unsigned>(blocks), kThreads, smem, stream>>>(params);
   return cudaGetLastError();
+}
+
+// The combine kernel, behind the split kernel on the same stream. `programmatic`: launched with
+// programmatic stream serialisation, so it is scheduled once every split block has passed
+// launch_dependents() and its launch overlaps the split kernel's last merge and stores (it waits
+// for the split grid's end and memory flush at its top). Stream capture keeps this as a
+// programmatic graph edge.
+template <typename Element, int kHeadDim>
+cudaError_t launch_combine(const DecodeParams& params, cudaStream_t stream, bool programmatic = true) {
+  const int64_t rows = params.p.batch * params.p.heads_q * params.p.seqlen_q;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>((rows + kWarps - 1) / kWarps));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = 0;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = programmatic ? 1 : 0;
+  return cudaLaunchKernelEx(&config, combine_kernel<Element, kHeadDim>, params);
 }
 
 template <DType kDType, int kHeadDim>
@@ -40,10 +61,7 @@ cudaError_t run_decode(const DecodeParams& params, int64_t blocks, cudaStream_t 
     e = launch_split<Element, kHeadDim, 1>(params, blocks, stream);
   }
   if (e != cudaSuccess || params.num_splits <= 1) return e;
-  const int64_t rows = params.p.batch * params.p.heads_q * params.p.seqlen_q;
-  const auto combine_blocks = static_cast<unsigned>((rows + kWarps - 1) / kWarps);
-  combine_kernel<Element, kHeadDim><<<combine_blocks, kThreads, 0, stream>>>(params);
-  return cudaGetLastError();
+  return launch_combine<Element, kHeadDim>(params, stream);
 }
 
 }  // namespace hopattn::sm90::decode

@@ -27,15 +27,21 @@ constexpr float kLn2 = 0.6931471805599453f;
 // fp32 O accumulator, kRows x head_dim per warp), 1 for 256.
 constexpr int max_row_tiles(int head_dim) { return head_dim <= 128 ? 2 : 1; }
 
-template <int kHeadDim, int kRowTiles>
+// Stages per warp pipeline: 16-key chunks of K and V a warp has in flight, plus the one it
+// computes. 3 at head_dim 128 keeps a block at ~100 KB, so two fit an SM (paged caches use both);
+// measured (hopattn-decode-probe, perf-notes "decode v3"), 4 or 6 stages were no faster with one
+// block per SM and slower wherever two blocks per SM no longer fit: the split kernel is not short of
+// bytes in flight. 4 at head_dim 64 (half the bytes per chunk); 3 at 256 is what fits.
+constexpr int default_stages(int head_dim) { return head_dim == 64 ? 4 : 3; }
+
+template <int kHeadDim, int kRowTiles, int kStagesArg = 0>
 struct TileConfig {
   static_assert(kHeadDim % 64 == 0 && kHeadDim <= 256, "head_dim 64, 128 or 256");
   static_assert(kRowTiles >= 1 && kRowTiles <= max_row_tiles(kHeadDim), "row tiles beyond the register budget");
   static constexpr int kRows = 16 * kRowTiles;
   static constexpr int kRowChunks = kHeadDim / 8;  // 16-byte chunks per row of a 16-bit tile
-  // Stages per warp pipeline: enough bytes in flight per SM for HBM (about 3 stages of 8 KB per
-  // warp at head_dim 128, two blocks per SM), and within 227 KB at head_dim 256 (one block per SM).
-  static constexpr int kStages = kHeadDim == 64 ? 4 : 3;
+  static constexpr int kStages = kStagesArg > 0 ? kStagesArg : default_stages(kHeadDim);
+  static_assert(kStages >= 2, "one chunk computed while the next lands");
   static constexpr int kTileBytes = kChunkKeys * kHeadDim * 2;  // one K or V chunk
   static constexpr int kWarpStageBytes = 2 * kTileBytes;
   static constexpr int kPipeBytes = kWarps * kStages * kWarpStageBytes;
@@ -45,6 +51,7 @@ struct TileConfig {
   static constexpr int kMergeStride = kHeadDim + 8;
   static constexpr int kMergeBytes = kWarps * kRows * kMergeStride * 4 + 2 * kWarps * kRows * 4;
   static constexpr int kSmemBytes = kQBytes + (kPipeBytes > kMergeBytes ? kPipeBytes : kMergeBytes);
+  static_assert(kSmemBytes <= 227 * 1024, "more than one block's shared memory on sm_90");
 };
 
 // What the kernels read: the problem, the split count, the block's row tiling and the workspace.
