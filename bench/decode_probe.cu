@@ -106,10 +106,10 @@ float median(std::vector<float> v) {
 int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::atoi(argv[1]) : 30;
   const Variant variants[] = {
-      {"st3", &dec::launch_split<Element, kHeadDim, 1, 3>, dec::TileConfig<kHeadDim, 1, 3>::kSmemBytes},
+      {"st3", &dec::launch_split<Element, kHeadDim, 1, false, 3>, dec::TileConfig<kHeadDim, 1, 3>::kSmemBytes},
 #ifdef DECODE_PROBE_STAGES  // the pipeline-depth comparison of perf-notes "decode v3"
-      {"st4", &dec::launch_split<Element, kHeadDim, 1, 4>, dec::TileConfig<kHeadDim, 1, 4>::kSmemBytes},
-      {"st6", &dec::launch_split<Element, kHeadDim, 1, 6>, dec::TileConfig<kHeadDim, 1, 6>::kSmemBytes},
+      {"st4", &dec::launch_split<Element, kHeadDim, 1, false, 4>, dec::TileConfig<kHeadDim, 1, 4>::kSmemBytes},
+      {"st6", &dec::launch_split<Element, kHeadDim, 1, false, 6>, dec::TileConfig<kHeadDim, 1, 6>::kSmemBytes},
 #endif
   };
   const Case cases[] = {{1, 1024, false},  {1, 8192, false},  {1, 32768, false}, {1, 131072, false},
@@ -214,7 +214,7 @@ int main(int argc, char** argv) {
             dec::DecodeParams one = params;
             one.num_splits = 1;
             one.partial_o = one.partial_lse = nullptr;
-            TOOL_CUDA_CHECK((dec::launch_split<Element, kHeadDim, 1, 3>(one, int64_t(c.batch) * kHeadsKv, stream)));
+            TOOL_CUDA_CHECK((dec::launch_split<Element, kHeadDim, 1, false, 3>(one, int64_t(c.batch) * kHeadsKv, stream)));
             TOOL_CUDA_CHECK(cudaMemcpyAsync(ref.data(), buf.out, q_elems * sizeof(Element), cudaMemcpyDeviceToHost, stream));
             TOOL_CUDA_CHECK(cudaStreamSynchronize(stream));
             have_ref = true;

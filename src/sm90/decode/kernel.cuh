@@ -30,7 +30,7 @@
 
 namespace hopattn::sm90::decode {
 
-template <typename Element, int kHeadDim, int kRowTiles, int kStagesArg = 0>
+template <typename Element, int kHeadDim, int kRowTiles, bool kSoftcap = false, int kStagesArg = 0>
 __global__ void __launch_bounds__(kThreads) split_kernel(const __grid_constant__ DecodeParams params) {
   using Cfg = TileConfig<kHeadDim, kRowTiles, kStagesArg>;
   using Op = Mma<Element>;
@@ -138,11 +138,12 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const __grid_constant__
     row_sum[mt][0] = row_sum[mt][1] = 0.f;
   }
   const float scale_log2 = p.scale * kLog2e;
-  // Softcap (p.softcap > 0): a score x becomes softcap * tanh(scale * x / softcap), in log2 units.
-  // The branch is uniform over the grid; at a few query rows per 16 keys the tanh costs nothing
-  // next to the bytes, so full-precision tanhf rather than tanh.approx.
-  const bool softcapped = p.softcap > 0.f;
-  const float cap_inner = softcapped ? p.scale / p.softcap : 0.f;
+  // kSoftcap (launched when p.softcap > 0): a score x becomes softcap * tanh(scale * x / softcap),
+  // in log2 units. A template flag, not a run-time branch: as a select, the compiler evaluated the
+  // tanhf of every score in the uncapped kernel too, and a block alone on its SM then fell 10-20%
+  // behind (perf-notes, decode v3). Full-precision tanhf, as a few query rows per 16 keys leave
+  // the ALUs idle next to the bytes.
+  const float cap_inner = kSoftcap ? p.scale / p.softcap : 0.f;
   const float cap_outer = p.softcap * kLog2e;
 
   for (int step = 0; step < steps; ++step) {
@@ -186,7 +187,9 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const __grid_constant__
             const int key = key0 + n * 8 + 2 * (lane & 3) + e;
             float& v = s[mt][n][2 * half + e];
             const bool visible = static_cast<unsigned>(key - key_first[mt][half]) < static_cast<unsigned>(key_count[mt][half]);
-            v = !visible ? -INFINITY : softcapped ? cap_outer * tanhf(v * cap_inner) : v * scale_log2;
+            if constexpr (kSoftcap) v = cap_outer * tanhf(v * cap_inner);
+            else v *= scale_log2;
+            if (!visible) v = -INFINITY;
             mx = fmaxf(mx, v);
           }
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));

@@ -20,9 +20,9 @@ struct ElementOf<DType::kBF16> { using type = __nv_bfloat16; };
 template <>
 struct ElementOf<DType::kFP16> { using type = __half; };
 
-template <typename Element, int kHeadDim, int kRowTiles, int kStages = 0>
+template <typename Element, int kHeadDim, int kRowTiles, bool kSoftcap = false, int kStages = 0>
 cudaError_t launch_split(const DecodeParams& params, int64_t blocks, cudaStream_t stream) {
-  constexpr auto kernel = &split_kernel<Element, kHeadDim, kRowTiles, kStages>;
+  constexpr auto kernel = &split_kernel<Element, kHeadDim, kRowTiles, kSoftcap, kStages>;
   constexpr int smem = TileConfig<kHeadDim, kRowTiles, kStages>::kSmemBytes;
   if (cudaError_t e = set_max_dynamic_smem_once<kernel>(smem); e != cudaSuccess) return e;
   kernel<<<static_cast<unsigned>(blocks), kThreads, smem, stream>>>(params);
@@ -50,16 +50,20 @@ cudaError_t launch_combine(const DecodeParams& params, cudaStream_t stream, bool
   return cudaLaunchKernelEx(&config, combine_kernel<Element, kHeadDim>, params);
 }
 
+// The split kernel for the block's row tiles (params.rows_per_block), capped or not.
+template <typename Element, int kHeadDim, bool kSoftcap>
+cudaError_t launch_split_rows(const DecodeParams& params, int64_t blocks, cudaStream_t stream) {
+  if constexpr (max_row_tiles(kHeadDim) >= 2) {
+    if (params.rows_per_block > 16) return launch_split<Element, kHeadDim, 2, kSoftcap>(params, blocks, stream);
+  }
+  return launch_split<Element, kHeadDim, 1, kSoftcap>(params, blocks, stream);
+}
+
 template <DType kDType, int kHeadDim>
 cudaError_t run_decode(const DecodeParams& params, int64_t blocks, cudaStream_t stream) {
   using Element = typename ElementOf<kDType>::type;
-  cudaError_t e = cudaSuccess;
-  if constexpr (max_row_tiles(kHeadDim) >= 2) {
-    e = params.rows_per_block > 16 ? launch_split<Element, kHeadDim, 2>(params, blocks, stream)
-                                   : launch_split<Element, kHeadDim, 1>(params, blocks, stream);
-  } else {
-    e = launch_split<Element, kHeadDim, 1>(params, blocks, stream);
-  }
+  const cudaError_t e = params.p.softcap > 0.f ? launch_split_rows<Element, kHeadDim, true>(params, blocks, stream)
+                                               : launch_split_rows<Element, kHeadDim, false>(params, blocks, stream);
   if (e != cudaSuccess || params.num_splits <= 1) return e;
   return launch_combine<Element, kHeadDim>(params, stream);
 }
