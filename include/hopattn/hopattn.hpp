@@ -262,6 +262,53 @@ struct Fp8QuantizeArgs {
 };
 Result quantize_fp8(const Fp8QuantizeArgs& args, cudaStream_t stream = nullptr);
 
+// ---- FP8 on packed variable-length batches (issue 6) ---------------------------------------------
+// attention_fp8 and forward_fp8 for the packed layout of VarlenForwardArgs: q/k/v/out (total,
+// heads, head_dim), lse (heads_q, total_q), cu_seqlens/seqused/max_seqlen and check_index_values as
+// there. "batch" below is the number of sequences. Quantisation blocks are 128 rows of one
+// (sequence, head), counted from the sequence's first token (block j = its rows [128 j, 128 j + 128)),
+// so a block never mixes sequences; without block_quant one scale per (sequence, head). The kernel
+// reads no value of another sequence: unlike the 16-bit forward_varlen, V rows outside the
+// sequences need not be finite. No sliding window or softcap (the FP8 kernel has neither).
+struct Fp8VarlenAttentionArgs {
+  TensorRef q, k, v;  // bf16 or fp16, packed (head_dim 64, 128 or 256)
+  TensorRef out;      // like q
+  TensorRef lse;      // optional, (heads_q, total_q) fp32
+  TensorRef cu_seqlens_q, cu_seqlens_k;
+  int64_t max_seqlen_q = 0, max_seqlen_k = 0;
+  TensorRef seqused_q, seqused_k;
+  bool causal = false;
+  std::optional<float> softmax_scale;
+  bool incoherent = true;   // as Fp8AttentionArgs
+  bool block_quant = true;  // as Fp8AttentionArgs, per sequence
+  bool rotate_v = false;    // as Fp8AttentionArgs
+  uint32_t seed = 0;
+  bool check_index_values = false;  // as VarlenForwardArgs
+};
+std::size_t attention_fp8_varlen_workspace_size(const Fp8VarlenAttentionArgs& args);
+Result attention_fp8_varlen(const Fp8VarlenAttentionArgs& args, void* workspace, std::size_t workspace_bytes,
+                            cudaStream_t stream = nullptr);
+
+// The lower-level packed call: e4m3 q, k, v and their descales (fp32, contiguous; null means 1):
+//   q_descale: (batch, heads_q, nq), nq = 1 or ceil(max_seqlen_q / 128), block j of sequence b
+//   k_descale: (batch, heads_kv, nk), nk = 1 or ceil(max_seqlen_k / 128)
+//   v_descale: (batch, heads_kv)
+struct Fp8VarlenForwardArgs {
+  TensorRef q, k, v;  // e4m3, packed
+  TensorRef q_descale, k_descale, v_descale;
+  TensorRef out;  // (total_q, heads_q, head_dim) bf16 or fp16
+  TensorRef lse;  // optional, (heads_q, total_q) fp32
+  TensorRef cu_seqlens_q, cu_seqlens_k;
+  int64_t max_seqlen_q = 0, max_seqlen_k = 0;
+  TensorRef seqused_q, seqused_k;
+  bool causal = false;
+  std::optional<float> softmax_scale;
+  bool check_index_values = false;
+};
+std::size_t forward_fp8_varlen_workspace_size(const Fp8VarlenForwardArgs& args);
+Result forward_fp8_varlen(const Fp8VarlenForwardArgs& args, void* workspace, std::size_t workspace_bytes,
+                          cudaStream_t stream = nullptr);
+
 // ---- KV-cache decoding (issue 6) ---------------------------------------------------------------
 // Attention of a few new query tokens per sequence against a key/value cache, FlashAttention-3's
 // flash_attn_with_kvcache (forward only). The cache is contiguous (one max_seqlen_k slab per

@@ -11,7 +11,7 @@
 extern "C" {
 #endif
 
-#define HOPATTN_ABI_VERSION 8
+#define HOPATTN_ABI_VERSION 9
 
 enum hopattn_status {
   HOPATTN_SUCCESS = 0,
@@ -184,6 +184,42 @@ size_t hopattn_attention_with_kvcache_workspace_size(const hopattn_kvcache_args*
 int hopattn_attention_with_kvcache(const hopattn_kvcache_args* args, void* workspace, size_t workspace_bytes,
                                    void* stream);
 int hopattn_attention_with_kvcache_cpu(const hopattn_kvcache_args* args);
+
+/* FP8 on packed variable-length batches (ABI 9; see hopattn.hpp: Fp8VarlenAttentionArgs,
+ * Fp8VarlenForwardArgs). Tensors and index tensors as hopattn_varlen_fwd_args (device memory);
+ * absent optional tensors (lse, seqused, descales): data NULL and ndim 0. */
+typedef struct hopattn_fp8_varlen_attention_args {
+  hopattn_tensor q, k, v, out, lse; /* q/k/v/out bf16 or fp16, packed */
+  hopattn_tensor cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k;
+  int64_t max_seqlen_q, max_seqlen_k;
+  int32_t causal;
+  int32_t has_softmax_scale;
+  float softmax_scale;
+  int32_t incoherent;
+  int32_t block_quant;
+  int32_t rotate_v;
+  uint32_t seed;
+  int32_t check_index_values;
+} hopattn_fp8_varlen_attention_args;
+
+typedef struct hopattn_fp8_varlen_fwd_args {
+  hopattn_tensor q, k, v;                         /* e4m3, packed */
+  hopattn_tensor q_descale, k_descale, v_descale; /* fp32, optional */
+  hopattn_tensor out, lse;                        /* out bf16/fp16; lse optional */
+  hopattn_tensor cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k;
+  int64_t max_seqlen_q, max_seqlen_k;
+  int32_t causal;
+  int32_t has_softmax_scale;
+  float softmax_scale;
+  int32_t check_index_values;
+} hopattn_fp8_varlen_fwd_args;
+
+size_t hopattn_attention_fp8_varlen_workspace_size(const hopattn_fp8_varlen_attention_args* args);
+int hopattn_attention_fp8_varlen(const hopattn_fp8_varlen_attention_args* args, void* workspace,
+                                 size_t workspace_bytes, void* stream);
+size_t hopattn_forward_fp8_varlen_workspace_size(const hopattn_fp8_varlen_fwd_args* args);
+int hopattn_forward_fp8_varlen(const hopattn_fp8_varlen_fwd_args* args, void* workspace, size_t workspace_bytes,
+                               void* stream);
 
 #ifdef __cplusplus
 }

@@ -14,7 +14,7 @@ from ._lib import (  # noqa: E402
     UnsupportedError,
 )
 from .ops import attention, attention_backward, attention_reference, build_info, check_device, is_available, version  # noqa: E402
-from .fp8 import attention_fp8, forward_fp8, quantize_fp8  # noqa: E402
+from .fp8 import attention_fp8, attention_fp8_varlen, forward_fp8, forward_fp8_varlen, quantize_fp8  # noqa: E402
 from .varlen import varlen_attention  # noqa: E402
 from .kvcache import attention_with_kvcache  # noqa: E402
 
@@ -28,6 +28,8 @@ __all__ = [
     "attention_fp8",
     "forward_fp8",
     "quantize_fp8",
+    "attention_fp8_varlen",
+    "forward_fp8_varlen",
     "build_info",
     "check_device",
     "is_available",

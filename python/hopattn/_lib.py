@@ -7,8 +7,9 @@ import threading
 from pathlib import Path
 
 # Must equal HOPATTN_ABI_VERSION in hopattn_c.h; checked at load so a stale .so fails loudly
-# instead of misreading structs. 7: hopattn_kvcache_args gained the sliding window.
-ABI_VERSION = 8
+# instead of misreading structs. 7: hopattn_kvcache_args gained the sliding window. 9: the FP8
+# varlen structs and entry points (hopattn_fp8_varlen_attention_args, hopattn_fp8_varlen_fwd_args).
+ABI_VERSION = 9
 
 # enum hopattn_dtype
 DTYPE_BF16 = 0
@@ -177,6 +178,62 @@ class HopattnFp8FwdArgs(ctypes.Structure):
     ]
 
 
+class HopattnFp8VarlenAttentionArgs(ctypes.Structure):
+    """struct hopattn_fp8_varlen_attention_args (ABI 9): HopattnFp8AttentionArgs on a packed batch,
+    bf16/fp16 (total_tokens, heads, head_dim) q/k/v/out, lse (heads_q, total_q) or absent, int32
+    cu_seqlens (batch + 1) and optional seqused (batch), as HopattnVarlenFwdArgs. Note the field
+    order of the tail: rotate_v before seed, then check_index_values (not the fixed-length order)."""
+
+    _fields_ = [
+        ("q", HopattnTensor),
+        ("k", HopattnTensor),
+        ("v", HopattnTensor),
+        ("out", HopattnTensor),
+        ("lse", HopattnTensor),
+        ("cu_seqlens_q", HopattnTensor),
+        ("cu_seqlens_k", HopattnTensor),
+        ("seqused_q", HopattnTensor),
+        ("seqused_k", HopattnTensor),
+        ("max_seqlen_q", ctypes.c_int64),
+        ("max_seqlen_k", ctypes.c_int64),
+        ("causal", ctypes.c_int32),
+        ("has_softmax_scale", ctypes.c_int32),
+        ("softmax_scale", ctypes.c_float),
+        ("incoherent", ctypes.c_int32),
+        ("block_quant", ctypes.c_int32),
+        ("rotate_v", ctypes.c_int32),
+        ("seed", ctypes.c_uint32),
+        ("check_index_values", ctypes.c_int32),
+    ]
+
+
+class HopattnFp8VarlenFwdArgs(ctypes.Structure):
+    """struct hopattn_fp8_varlen_fwd_args (ABI 9): HopattnFp8FwdArgs on a packed batch, e4m3 q/k/v
+    with optional fp32 descales per (sequence, head[, block]), the index tensors as
+    HopattnVarlenFwdArgs."""
+
+    _fields_ = [
+        ("q", HopattnTensor),
+        ("k", HopattnTensor),
+        ("v", HopattnTensor),
+        ("q_descale", HopattnTensor),
+        ("k_descale", HopattnTensor),
+        ("v_descale", HopattnTensor),
+        ("out", HopattnTensor),
+        ("lse", HopattnTensor),
+        ("cu_seqlens_q", HopattnTensor),
+        ("cu_seqlens_k", HopattnTensor),
+        ("seqused_q", HopattnTensor),
+        ("seqused_k", HopattnTensor),
+        ("max_seqlen_q", ctypes.c_int64),
+        ("max_seqlen_k", ctypes.c_int64),
+        ("causal", ctypes.c_int32),
+        ("has_softmax_scale", ctypes.c_int32),
+        ("softmax_scale", ctypes.c_float),
+        ("check_index_values", ctypes.c_int32),
+    ]
+
+
 class HopattnFp8QuantizeArgs(ctypes.Structure):
     """struct hopattn_fp8_quantize_args."""
 
@@ -271,6 +328,8 @@ def _declare(lib):
     fp8_attn_p = ctypes.POINTER(HopattnFp8AttentionArgs)
     fp8_fwd_p = ctypes.POINTER(HopattnFp8FwdArgs)
     fp8_quant_p = ctypes.POINTER(HopattnFp8QuantizeArgs)
+    fp8_varlen_attn_p = ctypes.POINTER(HopattnFp8VarlenAttentionArgs)
+    fp8_varlen_fwd_p = ctypes.POINTER(HopattnFp8VarlenFwdArgs)
     workspace_call = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]  # workspace, bytes, stream
     sigs = {
         "hopattn_abi_version": ([], ctypes.c_int),
@@ -292,6 +351,10 @@ def _declare(lib):
         "hopattn_forward_fp8_workspace_size": ([fp8_fwd_p], ctypes.c_size_t),
         "hopattn_forward_fp8": ([fp8_fwd_p, *workspace_call], ctypes.c_int),
         "hopattn_quantize_fp8": ([fp8_quant_p, ctypes.c_void_p], ctypes.c_int),
+        "hopattn_attention_fp8_varlen_workspace_size": ([fp8_varlen_attn_p], ctypes.c_size_t),
+        "hopattn_attention_fp8_varlen": ([fp8_varlen_attn_p, *workspace_call], ctypes.c_int),
+        "hopattn_forward_fp8_varlen_workspace_size": ([fp8_varlen_fwd_p], ctypes.c_size_t),
+        "hopattn_forward_fp8_varlen": ([fp8_varlen_fwd_p, *workspace_call], ctypes.c_int),
         "hopattn_backward_varlen_workspace_size": ([varlen_bwd_p], ctypes.c_size_t),
         "hopattn_backward_varlen": ([varlen_bwd_p, *workspace_call], ctypes.c_int),
     }
@@ -493,6 +556,50 @@ def make_fp8_fwd_args(q, k, v, q_descale, k_descale, v_descale, out, lse, causal
         out,
         absent() if lse is None else lse,
         1 if causal else 0, has_scale, scale,
+    )
+
+
+def make_fp8_varlen_attention_args(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k,
+                                   max_seqlen_q: int, max_seqlen_k: int, causal: bool, softmax_scale,
+                                   incoherent: bool, block_quant: bool, seed: int, rotate_v: bool = False,
+                                   check_index_values: bool = False) -> HopattnFp8VarlenAttentionArgs:
+    """Pack HopattnTensors into HopattnFp8VarlenAttentionArgs; lse, seqused_q and seqused_k may be
+    None (lse not computed; every token of each sequence used)."""
+    absent = HopattnTensor
+    has_scale, scale = _scale_fields(softmax_scale)
+    return HopattnFp8VarlenAttentionArgs(
+        q, k, v, out,
+        absent() if lse is None else lse,
+        cu_seqlens_q, cu_seqlens_k,
+        absent() if seqused_q is None else seqused_q,
+        absent() if seqused_k is None else seqused_k,
+        max_seqlen_q, max_seqlen_k,
+        1 if causal else 0, has_scale, scale,
+        1 if incoherent else 0, 1 if block_quant else 0, 1 if rotate_v else 0, seed,
+        1 if check_index_values else 0,
+    )
+
+
+def make_fp8_varlen_fwd_args(q, k, v, q_descale, k_descale, v_descale, out, lse, cu_seqlens_q, cu_seqlens_k,
+                             seqused_q, seqused_k, max_seqlen_q: int, max_seqlen_k: int, causal: bool, softmax_scale,
+                             check_index_values: bool = False) -> HopattnFp8VarlenFwdArgs:
+    """Pack HopattnTensors into HopattnFp8VarlenFwdArgs; the descales, lse, seqused_q and seqused_k
+    may be None (a missing descale means 1, a missing lse is not computed, a missing seqused uses
+    every token of each sequence)."""
+    absent = HopattnTensor
+    has_scale, scale = _scale_fields(softmax_scale)
+    return HopattnFp8VarlenFwdArgs(
+        q, k, v,
+        absent() if q_descale is None else q_descale,
+        absent() if k_descale is None else k_descale,
+        absent() if v_descale is None else v_descale,
+        out,
+        absent() if lse is None else lse,
+        cu_seqlens_q, cu_seqlens_k,
+        absent() if seqused_q is None else seqused_q,
+        absent() if seqused_k is None else seqused_k,
+        max_seqlen_q, max_seqlen_k,
+        1 if causal else 0, has_scale, scale, 1 if check_index_values else 0,
     )
 
 

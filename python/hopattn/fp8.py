@@ -1,13 +1,16 @@
 # FP8 (e4m3) forward on torch CUDA tensors, over the C ABI's FP8 entry points (hopattn_c.h, ABI 3):
 # attention_fp8 (bf16/fp16 in, rotated and quantised inside), forward_fp8 (e4m3 in, with descales)
-# and quantize_fp8 (the rotate-and-quantise kernel alone). None of them is differentiable. As in
-# ops.py, torch is never imported here: a torch tensor exists only if the caller imported torch.
-# The numpy model of the arithmetic is hopattn.fp8_reference; the C++ contract, hopattn.hpp
-# ("FP8 (e4m3) forward (issue 4)").
+# and quantize_fp8 (the rotate-and-quantise kernel alone); and their packed variable-length forms
+# (ABI 9) attention_fp8_varlen and forward_fp8_varlen (varlen.py's layout and index tensors). None
+# of them is differentiable. As in ops.py, torch is never imported here: a torch tensor exists only
+# if the caller imported torch. The numpy model of the arithmetic is hopattn.fp8_reference; the C++
+# contract, hopattn.hpp ("FP8 (e4m3) forward (issue 4)", "FP8 on packed variable-length batches").
 import ctypes
 
 from . import _lib
-from .ops import _LAYOUT, _check_scale, _check_torch_inputs, _torch_module_of
+from .ops import _LAYOUT, _check_int64, _check_scale, _check_torch_inputs, _torch_module_of
+from .varlen import _check_torch as _check_varlen_torch
+from .varlen import _index_arrays
 
 # Rows per quantisation block (hopattn::kFp8BlockRows): descales have ceil(seqlen / 128) blocks.
 FP8_BLOCK_ROWS = 128
@@ -249,3 +252,162 @@ def quantize_fp8(x, rotate=True, block_quant=True, seed=0):
         # The library names x "in".
         _lib.check(lib.hopattn_quantize_fp8(ctypes.byref(args), _stream(torch, x.device)), "hopattn quantize_fp8 (x)")
     return out, descale
+
+
+# --- packed variable-length batches (C ABI 9) -------------------------------------------------------
+
+
+def _varlen_batch(cu_seqlens_q):
+    """The number of sequences, batch = cu_seqlens_q.shape[0] - 1, for broadcasting scalar
+    descales; 0 when cu_seqlens_q is not a vector (the library then names it, before it looks at
+    the descales)."""
+    return max(cu_seqlens_q.shape[0] - 1, 0) if cu_seqlens_q.dim() == 1 else 0
+
+
+def _varlen_call(torch, lib, size_fn, call_fn, what, args, device):
+    """Workspace (size from the library, bytes from torch's allocator) and the call on the current
+    stream of device; raises what the library reports."""
+    # 0 when the arguments are invalid (or there is nothing to run): the call then reports or no-ops.
+    nbytes = int(size_fn(ctypes.byref(args)))
+    workspace, ptr = _workspace(torch, nbytes, device)
+    status = call_fn(ctypes.byref(args), ctypes.c_void_p(ptr), ctypes.c_size_t(nbytes), _stream(torch, device))
+    _lib.check(status, what)
+    del workspace
+
+
+def attention_fp8_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q=None,
+                         seqused_k=None, causal=False, softmax_scale=None, incoherent=True, block_quant=True, seed=0,
+                         return_lse=False, rotate_v=False, check_index_values=False):
+    """attention_fp8 on a packed variable-length batch (FlashAttention-3's varlen layout).
+
+    q: (total_q, heads_q, head_dim), k, v: (total_k, heads_kv, head_dim): torch CUDA tensors,
+    bfloat16 or float16 (all the same), head_dim 64/128/256, heads_q a multiple of heads_kv; any
+    strides with a contiguous last dim (rows 16-byte aligned). Sequence b is rows
+    cu_seqlens_q[b] .. cu_seqlens_q[b+1] of q and cu_seqlens_k[b] .. cu_seqlens_k[b+1] of k and v.
+    cu_seqlens_q, cu_seqlens_k: int32 CUDA tensors on q's device, contiguous, batch + 1 entries,
+    prefix sums starting at 0. max_seqlen_q, max_seqlen_k: ints at least the longest sequence of each
+    side. seqused_q, seqused_k: optional int32 (batch,): only the first seqused[b] tokens of sequence
+    b take part; the other query rows get out 0, lse -inf. Zero-length sequences are fine. All as
+    hopattn.varlen_attention; no window or softcap (the FP8 kernel has neither).
+
+    Quantisation as attention_fp8's, per sequence: incoherent (rotation M(seed), 0 <= seed < 2**32),
+    block_quant (one scale per 128 rows of one (sequence, head), counted from the sequence's first
+    token, so a block never mixes sequences; else one per (sequence, head)), V one scale per
+    (sequence, kv head), rotate_v. Each sequence's rows are what attention_fp8 gives on that
+    sequence alone as a batch of one, with the same options. The kernel reads no value of another
+    sequence: unlike varlen_attention, V rows outside the sequences need not be finite. Runs on the
+    current stream of q's device; the e4m3 copies live in a workspace allocated here with torch.
+
+    causal: bottom-right aligned per sequence; softmax_scale defaults to 1/sqrt(head_dim).
+    check_index_values=True copies the index tensors to the host (a sync) and checks their values
+    as varlen_attention does (HOPATTN_DEBUG_CHECKS=1 turns it on for every call). Returns out
+    (total_q, heads_q, head_dim) in q's dtype, contiguous, and with return_lse also lse
+    (heads_q, total_q) float32; rows past cu_seqlens_q[batch] are not written.
+
+    Not differentiable: the outputs carry no autograd history even when the inputs require grad.
+    """
+    _check_scale(softmax_scale)
+    seed = _check_seed(seed)
+    max_seqlen_q = _check_int64("max_seqlen_q", max_seqlen_q)
+    max_seqlen_k = _check_int64("max_seqlen_k", max_seqlen_k)
+    torch = _require_torch("q", q, "attention_fp8_varlen")
+    index = _index_arrays(cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k)
+    _check_varlen_torch(torch, q, k, v, index)
+    lib = _lib.load()
+    total_q, heads_q, head_dim = q.shape
+    with torch.cuda.device(q.device):
+        out = torch.empty((total_q, heads_q, head_dim), dtype=q.dtype, device=q.device)
+        lse = torch.empty((heads_q, total_q), dtype=torch.float32, device=q.device) if return_lse else None
+        idx = {name: None if t is None else _tensor(torch, name, t) for name, t in index.items()}
+        args = _lib.make_fp8_varlen_attention_args(
+            _tensor(torch, "q", q),
+            _tensor(torch, "k", k),
+            _tensor(torch, "v", v),
+            _tensor(torch, "out", out),
+            None if lse is None else _tensor(torch, "lse", lse),
+            idx["cu_seqlens_q"],
+            idx["cu_seqlens_k"],
+            idx["seqused_q"],
+            idx["seqused_k"],
+            max_seqlen_q,
+            max_seqlen_k,
+            causal,
+            softmax_scale,
+            incoherent,
+            block_quant,
+            seed,
+            rotate_v,
+            check_index_values,
+        )
+        _varlen_call(torch, lib, lib.hopattn_attention_fp8_varlen_workspace_size, lib.hopattn_attention_fp8_varlen,
+                     "hopattn attention_fp8_varlen", args, q.device)
+    return (out, lse) if return_lse else out
+
+
+def forward_fp8_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, q_descale=None, k_descale=None,
+                       v_descale=None, seqused_q=None, seqused_k=None, causal=False, softmax_scale=None, out_dtype=None,
+                       return_lse=False, check_index_values=False):
+    """forward_fp8 on a packed variable-length batch: the FP8 kernel on inputs quantised elsewhere.
+
+    q: (total_q, heads_q, head_dim), k, v: (total_k, heads_kv, head_dim): torch CUDA tensors of
+    dtype torch.float8_e4m3fn, head_dim 64/128/256, any strides with a contiguous last dim (rows
+    16-byte aligned). cu_seqlens_q/k, max_seqlen_q/k, seqused_q/k, causal and check_index_values as
+    attention_fp8_varlen. The true values are x_e4m3 * x_descale, with float32 CUDA descales
+    (contiguous), batch = cu_seqlens_q.shape[0] - 1 sequences:
+
+      q_descale: (batch, heads_q, nq), nq = 1 (one per (sequence, head)) or ceil(max_seqlen_q / 128)
+                 (block j of sequence b scales its rows [128 j, 128 j + 128))
+      k_descale: (batch, heads_kv, nk), nk = 1 or ceil(max_seqlen_k / 128), likewise
+      v_descale: (batch, heads_kv)
+
+    None means 1; a Python float or a 0-dim tensor is one scale for the whole tensor (broadcast to
+    the per-head shape). softmax_scale (default 1/sqrt(head_dim)) applies to the true q.k.
+    out_dtype: torch.bfloat16 (None, the default) or torch.float16. The call re-lays V out
+    (transposed, whole 128-key tiles per sequence) into a workspace allocated here with torch, then
+    runs the kernel on the current stream. Returns out (total_q, heads_q, head_dim) of out_dtype,
+    and with return_lse also lse (heads_q, total_q) float32; rows past cu_seqlens_q[batch] are not
+    written. Not differentiable.
+    """
+    _check_scale(softmax_scale)
+    max_seqlen_q = _check_int64("max_seqlen_q", max_seqlen_q)
+    max_seqlen_k = _check_int64("max_seqlen_k", max_seqlen_k)
+    torch = _require_torch("q", q, "forward_fp8_varlen")
+    index = _index_arrays(cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k)
+    _check_varlen_torch(torch, q, k, v, index)
+    _e4m3_dtype(torch)  # e4m3 inputs need torch.float8_e4m3fn (torch >= 2.1)
+    out_dtype = torch.bfloat16 if out_dtype is None else out_dtype
+    if not isinstance(out_dtype, torch.dtype):
+        raise TypeError(f"out_dtype must be a torch.dtype (torch.bfloat16 or torch.float16), got {type(out_dtype).__name__}")
+    total_q, heads_q, head_dim = q.shape
+    heads_kv = k.shape[1]
+    batch = _varlen_batch(cu_seqlens_q)
+    with torch.cuda.device(q.device):
+        qd = _descale_arg(torch, "q_descale", q_descale, (batch, heads_q, 1), q.device)
+        kd = _descale_arg(torch, "k_descale", k_descale, (batch, heads_kv, 1), q.device)
+        vd = _descale_arg(torch, "v_descale", v_descale, (batch, heads_kv), q.device)
+        lib = _lib.load()  # after every check made here: a bad argument above needs no library
+        out = torch.empty((total_q, heads_q, head_dim), dtype=out_dtype, device=q.device)
+        lse = torch.empty((heads_q, total_q), dtype=torch.float32, device=q.device) if return_lse else None
+        idx = {name: None if t is None else _tensor(torch, name, t) for name, t in index.items()}
+        args = _lib.make_fp8_varlen_fwd_args(
+            _tensor(torch, "q", q),
+            _tensor(torch, "k", k),
+            _tensor(torch, "v", v),
+            None if qd is None else _tensor(torch, "q_descale", qd),
+            None if kd is None else _tensor(torch, "k_descale", kd),
+            None if vd is None else _tensor(torch, "v_descale", vd),
+            _tensor(torch, "out", out),
+            None if lse is None else _tensor(torch, "lse", lse),
+            idx["cu_seqlens_q"],
+            idx["cu_seqlens_k"],
+            idx["seqused_q"],
+            idx["seqused_k"],
+            max_seqlen_q,
+            max_seqlen_k,
+            causal,
+            softmax_scale,
+            check_index_values,
+        )
+        _varlen_call(torch, lib, lib.hopattn_forward_fp8_varlen_workspace_size, lib.hopattn_forward_fp8_varlen,
+                     "hopattn forward_fp8_varlen", args, q.device)
+    return (out, lse) if return_lse else out

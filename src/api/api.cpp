@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "api/device.hpp"
+#include "api/index_checks.hpp"
 #include "api/instantiations.hpp"
 #include "api/problem.hpp"
 #include "reference/reference.hpp"
@@ -177,6 +178,12 @@ bool debug_checks_env() {
   return on;
 }
 
+}  // namespace
+
+namespace detail {
+
+bool check_index_values_requested(bool flag) { return flag || debug_checks_env(); }
+
 // check_index_values: copy the index arrays to the host (in stream order, then wait) and check them.
 Result check_index_values_on_device(const VarlenProblem& p, cudaStream_t stream) {
   const std::size_t n = static_cast<std::size_t>(p.batch);
@@ -197,14 +204,14 @@ Result check_index_values_on_device(const VarlenProblem& p, cudaStream_t stream)
                                    p.seqused_k ? used_k.data() : nullptr);
 }
 
-}  // namespace
+}  // namespace detail
 
 Result forward_varlen(const VarlenForwardArgs& args, cudaStream_t stream) {
   VarlenProblem vp;
   if (Result r = validate_forward_varlen(args, Backend::kSm90, &vp); !r.ok()) return r;
   if (Result r = check_hopper_device(); !r.ok()) return r;
-  if (vp.batch > 0 && (args.check_index_values || debug_checks_env()))
-    if (Result r = check_index_values_on_device(vp, stream); !r.ok()) return r;
+  if (vp.batch > 0 && detail::check_index_values_requested(args.check_index_values))
+    if (Result r = detail::check_index_values_on_device(vp, stream); !r.ok()) return r;
   // No rows to write (a sequence longer than max_seqlen_q is the caller's error, see the header).
   if (vp.empty() || vp.total_q == 0 || vp.max_seqlen_q == 0) return {};
   const AttnProblem p = to_attn_problem(vp);
@@ -225,8 +232,8 @@ Result backward_varlen(const VarlenBackwardArgs& args, void* workspace, std::siz
   AttnBackwardProblem p;
   if (Result r = validate_backward_varlen(args, &vp, &p); !r.ok()) return r;
   if (Result r = check_hopper_device(); !r.ok()) return r;
-  if (vp.batch > 0 && (args.check_index_values || debug_checks_env()))
-    if (Result r = check_index_values_on_device(vp, stream); !r.ok()) return r;
+  if (vp.batch > 0 && detail::check_index_values_requested(args.check_index_values))
+    if (Result r = detail::check_index_values_on_device(vp, stream); !r.ok()) return r;
   if (vp.batch == 0) return {};
   // Degenerate calls with no query row or no key row at all: the gradients are zeros (the whole
   // tensors, see the header); the kernels need at least one of each.

@@ -132,6 +132,43 @@ int to_args(const hopattn_fp8_fwd_args* a, hopattn::Fp8ForwardArgs* out) {
   return HOPATTN_SUCCESS;
 }
 
+// The packed-batch part shared by the two FP8 varlen structs: tensors, index tensors and options.
+template <class CArgs, class Args>
+bool to_fp8_varlen_common(const CArgs& a, Args* out) {
+  if (!to_tensor(a.q, "q", &out->q) || !to_tensor(a.k, "k", &out->k) || !to_tensor(a.v, "v", &out->v) ||
+      !to_tensor(a.out, "out", &out->out) || !to_optional_tensor(a.lse, "lse", &out->lse) ||
+      !to_tensor(a.cu_seqlens_q, "cu_seqlens_q", &out->cu_seqlens_q) ||
+      !to_tensor(a.cu_seqlens_k, "cu_seqlens_k", &out->cu_seqlens_k) ||
+      !to_optional_tensor(a.seqused_q, "seqused_q", &out->seqused_q) ||
+      !to_optional_tensor(a.seqused_k, "seqused_k", &out->seqused_k))
+    return false;
+  out->max_seqlen_q = a.max_seqlen_q;
+  out->max_seqlen_k = a.max_seqlen_k;
+  out->causal = a.causal != 0;
+  if (a.has_softmax_scale) out->softmax_scale = a.softmax_scale;
+  out->check_index_values = a.check_index_values != 0;
+  return true;
+}
+
+int to_args(const hopattn_fp8_varlen_attention_args* a, hopattn::Fp8VarlenAttentionArgs* out) {
+  if (null_args(a)) return HOPATTN_INVALID_ARGUMENT;
+  if (!to_fp8_varlen_common(*a, out)) return HOPATTN_INVALID_ARGUMENT;
+  out->incoherent = a->incoherent != 0;
+  out->block_quant = a->block_quant != 0;
+  out->rotate_v = a->rotate_v != 0;
+  out->seed = a->seed;
+  return HOPATTN_SUCCESS;
+}
+
+int to_args(const hopattn_fp8_varlen_fwd_args* a, hopattn::Fp8VarlenForwardArgs* out) {
+  if (null_args(a)) return HOPATTN_INVALID_ARGUMENT;
+  if (!to_fp8_varlen_common(*a, out) || !to_optional_tensor(a->q_descale, "q_descale", &out->q_descale) ||
+      !to_optional_tensor(a->k_descale, "k_descale", &out->k_descale) ||
+      !to_optional_tensor(a->v_descale, "v_descale", &out->v_descale))
+    return HOPATTN_INVALID_ARGUMENT;
+  return HOPATTN_SUCCESS;
+}
+
 int to_args(const hopattn_fp8_quantize_args* a, hopattn::Fp8QuantizeArgs* out) {
   if (null_args(a)) return HOPATTN_INVALID_ARGUMENT;
   if (!to_tensor(a->in, "in", &out->in) || !to_tensor(a->out, "out", &out->out) ||
@@ -230,6 +267,32 @@ int hopattn_forward_fp8(const hopattn_fp8_fwd_args* args, void* workspace, size_
   hopattn::Fp8ForwardArgs a;
   if (int rc = to_args(args, &a); rc != HOPATTN_SUCCESS) return rc;
   return finish(hopattn::forward_fp8(a, workspace, workspace_bytes, static_cast<cudaStream_t>(stream)));
+}
+
+size_t hopattn_attention_fp8_varlen_workspace_size(const hopattn_fp8_varlen_attention_args* args) {
+  hopattn::Fp8VarlenAttentionArgs a;
+  if (to_args(args, &a) != HOPATTN_SUCCESS) return 0;
+  return hopattn::attention_fp8_varlen_workspace_size(a);
+}
+
+int hopattn_attention_fp8_varlen(const hopattn_fp8_varlen_attention_args* args, void* workspace,
+                                 size_t workspace_bytes, void* stream) {
+  hopattn::Fp8VarlenAttentionArgs a;
+  if (int rc = to_args(args, &a); rc != HOPATTN_SUCCESS) return rc;
+  return finish(hopattn::attention_fp8_varlen(a, workspace, workspace_bytes, static_cast<cudaStream_t>(stream)));
+}
+
+size_t hopattn_forward_fp8_varlen_workspace_size(const hopattn_fp8_varlen_fwd_args* args) {
+  hopattn::Fp8VarlenForwardArgs a;
+  if (to_args(args, &a) != HOPATTN_SUCCESS) return 0;
+  return hopattn::forward_fp8_varlen_workspace_size(a);
+}
+
+int hopattn_forward_fp8_varlen(const hopattn_fp8_varlen_fwd_args* args, void* workspace, size_t workspace_bytes,
+                               void* stream) {
+  hopattn::Fp8VarlenForwardArgs a;
+  if (int rc = to_args(args, &a); rc != HOPATTN_SUCCESS) return rc;
+  return finish(hopattn::forward_fp8_varlen(a, workspace, workspace_bytes, static_cast<cudaStream_t>(stream)));
 }
 
 int hopattn_quantize_fp8(const hopattn_fp8_quantize_args* args, void* stream) {

@@ -4,12 +4,11 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <string>
 #include <vector>
 
 #include "api/device.hpp"
+#include "api/index_checks.hpp"
 #include "api/kvcache_problem.hpp"
 #include "api/messages.hpp"
 #include "reference/kvcache_reference.hpp"
@@ -23,15 +22,6 @@ namespace {
 
 using detail::cat;
 namespace dec = sm90::decode;
-
-// HOPATTN_DEBUG_CHECKS=1 turns on every call's check_index_values (as for forward_varlen); read once.
-bool debug_checks_env() {
-  static const bool on = [] {
-    const char* v = std::getenv("HOPATTN_DEBUG_CHECKS");
-    return v != nullptr && v[0] != '\0' && std::strcmp(v, "0") != 0;
-  }();
-  return on;
-}
 
 // check_index_values: copy cache_seqlens and the page table to the host (in stream order, then
 // wait) and check them as the CPU backend does.
@@ -106,7 +96,7 @@ Result attention_with_kvcache(const KvCacheArgs& args, void* workspace, std::siz
   KvCacheProblem p;
   if (Result r = validate_kvcache(args, Backend::kSm90, &p); !r.ok()) return r;
   if (Result r = check_hopper_device(); !r.ok()) return r;
-  if (p.batch > 0 && (args.check_index_values || debug_checks_env()))
+  if (p.batch > 0 && detail::check_index_values_requested(args.check_index_values))
     if (Result r = check_index_values_on_device(p, stream); !r.ok()) return r;
   const dec::DecodePlan plan = dec::plan_decode(p, current_sm_count());
   if (Result r = check_plan(p, plan); !r.ok()) return r;

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "api/messages.hpp"
+#include "api/fp8_varlen.hpp"
 #include "api/problem.hpp"
 
 namespace hopattn {
@@ -74,6 +75,27 @@ ForwardArgs attention_part(const Fp8Args& a) {
   return f;
 }
 
+// The packed-batch arguments of an FP8 varlen call, for validate_forward_varlen.
+template <class Fp8VarlenArgs>
+VarlenForwardArgs varlen_part(const Fp8VarlenArgs& a) {
+  VarlenForwardArgs f;
+  f.q = a.q;
+  f.k = a.k;
+  f.v = a.v;
+  f.out = a.out;
+  f.lse = a.lse;
+  f.cu_seqlens_q = a.cu_seqlens_q;
+  f.cu_seqlens_k = a.cu_seqlens_k;
+  f.max_seqlen_q = a.max_seqlen_q;
+  f.max_seqlen_k = a.max_seqlen_k;
+  f.seqused_q = a.seqused_q;
+  f.seqused_k = a.seqused_k;
+  f.causal = a.causal;
+  f.softmax_scale = a.softmax_scale;
+  f.check_index_values = a.check_index_values;
+  return f;
+}
+
 }  // namespace
 
 Result validate_forward_fp8(const Fp8ForwardArgs& a, Fp8AttnProblem* p) {
@@ -112,6 +134,46 @@ Result validate_attention_fp8(const Fp8AttentionArgs& a, AttnProblem* p) {
                   cat(name, ": dtype must be bf16 or fp16 for attention_fp8, got ", dtype_name(t->dtype),
                       " (forward_fp8 takes e4m3 tensors with descales)"));
   return validate_forward(attention_part(a), Backend::kSm90Fp8, p);
+}
+
+Result validate_attention_fp8_varlen(const Fp8VarlenAttentionArgs& a, VarlenProblem* p) {
+  for (const auto& [name, t] : {std::pair<const char*, const TensorRef*>{"q", &a.q}, {"k", &a.k}, {"v", &a.v}})
+    if (!is_16bit(t->dtype))
+      return fail(Status::kInvalidArgument,
+                  cat(name, ": dtype must be bf16 or fp16 for attention_fp8_varlen, got ", dtype_name(t->dtype),
+                      " (forward_fp8_varlen takes e4m3 tensors with descales)"));
+  return validate_forward_varlen(varlen_part(a), Backend::kSm90Fp8, p);
+}
+
+Result validate_forward_fp8_varlen(const Fp8VarlenForwardArgs& a, VarlenProblem* vp, Fp8AttnProblem* p) {
+  for (const auto& [name, t] : {std::pair<const char*, const TensorRef*>{"q", &a.q}, {"k", &a.k}, {"v", &a.v}})
+    if (t->dtype != DType::kE4M3)
+      return fail(Status::kInvalidArgument,
+                  cat(name, ": dtype must be e4m3 for forward_fp8_varlen, got ", dtype_name(t->dtype),
+                      " (attention_fp8_varlen takes bf16/fp16 and quantises)"));
+  if (Result r = validate_forward_varlen(varlen_part(a), Backend::kSm90Fp8, vp); !r.ok()) return r;
+  p->base = to_attn_problem(*vp);
+  // Per-sequence blocks: the block count of the longest sequence, max_seqlen.
+  if (Result r = check_block_descale("q_descale", a.q_descale, vp->batch, vp->heads_q, vp->max_seqlen_q, &p->q_descale,
+                                     p->q_descale_stride);
+      !r.ok())
+    return r;
+  int64_t k_stride[3];
+  if (Result r = check_block_descale("k_descale", a.k_descale, vp->batch, vp->heads_kv, vp->max_seqlen_k, &p->k_descale,
+                                     k_stride);
+      !r.ok())
+    return r;
+  for (int i = 0; i < 3; ++i) p->k_descale_stride[i] = k_stride[i];
+  p->v_descale = nullptr;
+  p->v_descale_stride[0] = p->v_descale_stride[1] = 0;
+  if (!tensor_absent(a.v_descale)) {
+    const int64_t want[2] = {vp->batch, vp->heads_kv};
+    if (Result r = check_fp32_contiguous("v_descale", a.v_descale, 2, want, "(batch, heads_kv)"); !r.ok()) return r;
+    p->v_descale = static_cast<const float*>(a.v_descale.data);
+    p->v_descale_stride[0] = vp->heads_kv;
+    p->v_descale_stride[1] = 1;
+  }
+  return {};
 }
 
 Result validate_quantize_fp8(const Fp8QuantizeArgs& a) {

@@ -24,16 +24,19 @@ Result fail(const std::string& msg) { return detail::fail(Status::kInvalidArgume
 
 using detail::cat;
 
+// kSm90Fp8: q/k/v e4m3 (forward_fp8_varlen) or 16-bit (attention_fp8_varlen); out 16-bit.
 bool data_dtype_allowed(DType t, Backend backend) {
   switch (t) {
     case DType::kBF16:
     case DType::kFP16: return true;
     case DType::kFP32: return backend == Backend::kCpu;
     case DType::kInt32: return false;
-    case DType::kE4M3: return false;
+    case DType::kE4M3: return backend == Backend::kSm90Fp8;
   }
   return false;
 }
+
+bool on_gpu(Backend backend) { return backend == Backend::kSm90 || backend == Backend::kSm90Fp8; }
 
 // One packed q/k/v/out tensor: (total, heads, head_dim), contiguous head_dim.
 Result check_packed(const char* name, const TensorRef& t, Backend backend) {
@@ -50,7 +53,7 @@ Result check_packed(const char* name, const TensorRef& t, Backend backend) {
     return fail(cat(name, ": last dim (head_dim) must be contiguous, got ", name, ".strides[2]=", t.strides[2]));
   const int64_t numel = t.sizes[0] * t.sizes[1] * t.sizes[2];
   if (numel > 0 && t.data == nullptr) return fail(cat(name, ".data is null"));
-  if (backend == Backend::kSm90 && numel > 0) {
+  if (on_gpu(backend) && numel > 0) {
     if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0) return fail(cat(name, ".data is not 16-byte aligned"));
     const int64_t per16 = 16 / static_cast<int64_t>(dtype_size(t.dtype));
     for (int i = 0; i < 2; ++i)
@@ -120,18 +123,21 @@ Result check_varlen_values(const char* side, const int32_t* cu, const int32_t* s
 }  // namespace
 
 Result validate_forward_varlen(const VarlenForwardArgs& a, Backend backend, VarlenProblem* p) {
-  if (backend != Backend::kCpu && backend != Backend::kSm90)
-    return Result{Status::kUnsupported, "varlen: only the CPU reference (and, later, the sm90 kernel) exist"};
+  if (backend != Backend::kCpu && !on_gpu(backend))
+    return Result{Status::kUnsupported, "varlen: only the CPU reference and the sm90 kernels exist"};
+  const bool fp8 = backend == Backend::kSm90Fp8;
   const struct { const char* name; const TensorRef* t; } tensors[] = {
       {"q", &a.q}, {"k", &a.k}, {"v", &a.v}, {"out", &a.out}};
   for (const auto& [name, t] : tensors)
     if (!data_dtype_allowed(t->dtype, backend))
       return Result{backend == Backend::kCpu || t->dtype == DType::kInt32 ? Status::kInvalidArgument : Status::kUnsupported,
                     cat(name, ": dtype ", dtype_name(t->dtype), " is not supported by this backend (",
-                        backend == Backend::kCpu ? "bf16, fp16, fp32" : "bf16, fp16", ")",
+                        backend == Backend::kCpu ? "bf16, fp16, fp32" : fp8 ? "e4m3, bf16, fp16" : "bf16, fp16", ")",
                         t->dtype == DType::kInt32 ? "; int32 is for index tensors (cu_seqlens, seqused) only" : "")};
+  // FP8: out is bf16/fp16 whatever q is (e4m3 for forward_fp8_varlen; q's own for attention_fp8_varlen).
+  if (fp8 && a.out.dtype == DType::kE4M3) return fail("out: dtype e4m3 is not an output dtype (bf16 or fp16)");
   for (const auto& [name, t] : tensors)
-    if (t->dtype != a.q.dtype)
+    if (t->dtype != a.q.dtype && !(fp8 && a.q.dtype == DType::kE4M3 && t == &a.out))
       return fail(cat(name, ": dtype ", dtype_name(t->dtype), " differs from q's ", dtype_name(a.q.dtype)));
   for (const auto& [name, t] : tensors)
     if (Result r = check_packed(name, *t, backend); !r.ok()) return r;
@@ -181,18 +187,26 @@ Result validate_forward_varlen(const VarlenForwardArgs& a, Backend backend, Varl
     if (Result r = check_varlen_values("q", cu_q, used_q, batch, total_q, a.max_seqlen_q); !r.ok()) return r;
     if (Result r = check_varlen_values("k", cu_k, used_k, batch, total_k, a.max_seqlen_k); !r.ok()) return r;
   }
-  if (backend == Backend::kSm90 && a.max_seqlen_q > std::numeric_limits<int32_t>::max() / 2)
+  if (on_gpu(backend) && a.max_seqlen_q > std::numeric_limits<int32_t>::max() / 2)
     return fail(cat("max_seqlen_q=", a.max_seqlen_q, " exceeds 2^30-1"));
-  if (backend == Backend::kSm90 && a.max_seqlen_k > std::numeric_limits<int32_t>::max() / 2)
+  if (on_gpu(backend) && a.max_seqlen_k > std::numeric_limits<int32_t>::max() / 2)
     return fail(cat("max_seqlen_k=", a.max_seqlen_k, " exceeds 2^30-1"));
+  // FP8's V^T gives every sequence whole 128-key tiles (fp8::vt_varlen_columns): its key extent,
+  // a TMA coordinate, must fit in 31 bits.
+  if (fp8 && (total_k + 127) / 128 * 128 + 128 * batch > std::numeric_limits<int32_t>::max())
+    return fail(cat("k.sizes[0] (total_k)=", total_k, " with ", batch,
+                    " sequences: the FP8 V^T layout (total_k rounded up to 128, plus 128 per sequence) exceeds 2^31-1 keys"));
   if (backend == Backend::kSm90 && !has_forward_kernel(a.q.dtype, static_cast<int>(d)))
     return Result{Status::kUnsupported, cat("head_dim ", d, " with dtype ", dtype_name(a.q.dtype),
                                             " has no sm90 kernel in this build (built: ", build_instantiation_list(), ")")};
+  if (fp8 && !has_fp8_kernel(a.out.dtype, static_cast<int>(d)))
+    return Result{Status::kUnsupported, cat("head_dim ", d, " with output dtype ", dtype_name(a.out.dtype),
+                                            " has no FP8 kernel in this build (built: ", build_instantiation_list(), ")")};
 
   p->batch = batch; p->total_q = total_q; p->total_k = total_k;
   p->heads_q = hq; p->heads_kv = hkv; p->head_dim = d;
   p->max_seqlen_q = a.max_seqlen_q; p->max_seqlen_k = a.max_seqlen_k;
-  p->dtype = a.q.dtype;
+  p->dtype = fp8 ? a.out.dtype : a.q.dtype;  // FP8: the output's (the kernel's instantiation key)
   p->causal = a.causal;
   p->scale = resolve_softmax_scale(a.softmax_scale, d);
   p->window_left = window_left; p->window_right = window_right;

@@ -15,6 +15,12 @@ cudaError_t run_fwd_fp8(const Fp8AttnProblem& prob, cudaStream_t stream) {
   const AttnProblem& pr = prob.base;
   if (pr.dtype != kOutDType || pr.head_dim != kHeadDim) return cudaErrorInvalidValue;
   if (!ws::ws_indices_fit(pr)) return cudaErrorNotSupported;
+  using ws::Fp8FwdConfig;
+  using ws::kStageE;
+  if (pr.varlen()) {  // packed batches (attention_fp8_varlen): V^T in the packed layout
+    return pr.causal ? ws::launch_ws_config<Fp8FwdConfig<kOutDType, kHeadDim, true, kStageE, 0, 0, true>>(prob, pr, stream)
+                     : ws::launch_ws_config<Fp8FwdConfig<kOutDType, kHeadDim, false, kStageE, 0, 0, true>>(prob, pr, stream);
+  }
   if (pr.causal) return ws::launch_ws_config<ws::Fp8FwdConfig<kOutDType, kHeadDim, true>>(prob, pr, stream);
   return ws::launch_ws_config<ws::Fp8FwdConfig<kOutDType, kHeadDim, false>>(prob, pr, stream);
 }

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/c_abi_util.hpp"
 #include "../common/test_util.hpp"
 #include "api/instantiations.hpp"
 #include "api/problem.hpp"
@@ -650,17 +651,7 @@ TEST(BackwardCpuEmpty, ZeroBatchIsANoOp) {
 
 // ---- the C ABI -------------------------------------------------------------------------------------
 
-hopattn_tensor to_c(const TensorRef& t) {
-  hopattn_tensor c{};
-  c.data = t.data;
-  c.dtype = static_cast<int32_t>(t.dtype);
-  c.ndim = t.ndim;
-  for (int i = 0; i < 4; ++i) {
-    c.sizes[i] = t.sizes[i];
-    c.strides[i] = t.strides[i];
-  }
-  return c;
-}
+using ::hopattn::test::to_c;  // the tensor overload (c_abi_util.hpp), beside this one
 
 hopattn_bwd_args to_c(const BackwardArgs& a) {
   hopattn_bwd_args c{};

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/c_abi_util.hpp"
 #include "../common/test_util.hpp"
 #include "../common/varlen_util.hpp"
 #include "api/instantiations.hpp"
@@ -25,18 +26,6 @@ namespace {
 
 constexpr float kSentinel = 7.f;
 constexpr float kLseSentinel = 123.f;
-
-hopattn_tensor to_c(const TensorRef& t) {
-  hopattn_tensor c{};
-  c.data = t.data;
-  c.dtype = static_cast<int32_t>(t.dtype);
-  c.ndim = t.ndim;
-  for (int i = 0; i < 4; ++i) {
-    c.sizes[i] = t.sizes[i];
-    c.strides[i] = t.strides[i];
-  }
-  return c;
-}
 
 // One mixed-length fp32 problem on the host, with two sets of outputs (one for the C ABI, one for
 // the C++ API), both pre-filled with sentinels.

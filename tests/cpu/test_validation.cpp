@@ -9,6 +9,7 @@
 #include <limits>
 #include <string>
 
+#include "../common/c_abi_util.hpp"
 #include "../common/test_util.hpp"
 #include "api/problem.hpp"
 #include "hopattn/hopattn.hpp"
@@ -370,18 +371,6 @@ TEST(Validation, NoDeviceIsReportedAfterValidation) {
 }
 
 // ---- the C ABI -------------------------------------------------------------------------------
-
-hopattn_tensor to_c(const TensorRef& t) {
-  hopattn_tensor c{};
-  c.data = t.data;
-  c.dtype = static_cast<int32_t>(t.dtype);
-  c.ndim = t.ndim;
-  for (int i = 0; i < 4; ++i) {
-    c.sizes[i] = t.sizes[i];
-    c.strides[i] = t.strides[i];
-  }
-  return c;
-}
 
 hopattn_fwd_args valid_c_args() {
   const ForwardArgs a = valid_args();

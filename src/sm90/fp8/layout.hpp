@@ -24,6 +24,18 @@ HOPATTN_FP8_HD constexpr int64_t vt_padded_seqlen(int64_t seqlen_k) {
   return (seqlen_k + kQuantBlock - 1) / kQuantBlock * kQuantBlock;
 }
 
+// Packed (varlen) batches: V^T is (heads_kv, head_dim, vt_varlen_columns) and sequence b's keys
+// start at column vt_varlen_start(cu_seqlens_k[b], b): its first key rounded up to a multiple of
+// 128, plus 128 per earlier sequence. That leaves room for the sequence's ceil(len / 128) whole key
+// tiles (zero past its last key) before the next one starts, since for any a, l >= 0
+// roundup(a) + roundup(l) <= roundup(a + l) + 128, and it needs no prefix sum over the batch.
+HOPATTN_FP8_HD constexpr int64_t vt_varlen_start(int64_t first_key, int64_t seq) {
+  return vt_padded_seqlen(first_key) + kQuantBlock * seq;
+}
+HOPATTN_FP8_HD constexpr int64_t vt_varlen_columns(int64_t total_k, int64_t batch) {
+  return vt_padded_seqlen(total_k) + kQuantBlock * batch;
+}
+
 // Within every group of 16 keys, V^T stores key k at position vt_key_position(k). Why: the kernel
 // converts the fp32 score accumulator of S = Q K^T to e4m3 in registers and feeds it as the A
 // operand of O = P V. Thread t (of a quad) holds accumulator columns {2t, 2t+1, 8+2t, 9+2t} of each

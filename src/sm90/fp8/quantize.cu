@@ -127,6 +127,19 @@ __device__ __forceinline__ void rotate8(float (&x)[8], uint32_t signs, float inv
   for (int j = 0; j < 8; ++j) x[j] *= inv_sqrt_d;
 }
 
+// Rows of sequence / batch entry b: [first, first + len) of the packed tensor (cu given; values
+// clamped to total rows and to seqlen, so wrong index values never reach outside the tensors), or
+// rows [0, seqlen) of batch entry b.
+struct RowRange {
+  int64_t first, len;
+};
+__device__ __forceinline__ RowRange row_range(const int32_t* cu, int64_t total, int64_t seqlen, int64_t b) {
+  if (cu == nullptr) return {0, seqlen};
+  const int64_t first = min(max(int64_t{__ldg(cu + b)}, int64_t{0}), total);
+  const int64_t last = min(max(int64_t{__ldg(cu + b + 1)}, first), total);
+  return {first, min(last - first, seqlen)};
+}
+
 // ---- rotate-and-quantise rows --------------------------------------------------------------------
 
 enum class RowsMode {
@@ -142,6 +155,8 @@ struct RowsParams {
   int64_t out_stride[3] = {0, 0, 0};
   float* scales = nullptr;  // kBlockScale: descale (b, h, nblocks); else amax (b, h) as float bits
   int64_t seqlen = 0, heads = 0, nblocks = 0, ntiles = 0;
+  const int32_t* cu = nullptr;  // packed rows (QuantizeRowsProblem::cu_seqlens), else null
+  int64_t total_rows = 0;
   int head_dim = 0;
   bool rotate = false, vec_in = false, vec_out = false;
   uint32_t seed = 0;
@@ -187,14 +202,16 @@ __global__ void __launch_bounds__(RowsShape<kLanes>::kThreads) quantize_rows_ker
     const int64_t bh = tile / p.nblocks, blk = tile - bh * p.nblocks;
     const int64_t b = bh / p.heads, h = bh - b * p.heads;
     const int64_t row0 = blk * kQuantBlock + row_in_sweep;
-    const uint8_t* in = p.in + 2 * (b * p.in_stride[0] + h * p.in_stride[2] + 8 * chunk);
+    const RowRange rows = row_range(p.cu, p.total_rows, p.seqlen, b);
+    const int64_t in_at = p.cu == nullptr ? b * p.in_stride[0] : rows.first * p.in_stride[1];
+    const uint8_t* in = p.in + 2 * (in_at + h * p.in_stride[2] + 8 * chunk);
 
     // All loads first (kIters in flight), then convert, rotate and take |max|.
     uint4 raw[Shape::kIters];
 #pragma unroll
     for (int it = 0; it < Shape::kIters; ++it) {
       const int64_t s = row0 + it * Shape::kRowsPerIter;
-      raw[it] = chunk_active && s < p.seqlen ? load16x8(in + 2 * s * p.in_stride[1], p.vec_in) : make_uint4(0, 0, 0, 0);
+      raw[it] = chunk_active && s < rows.len ? load16x8(in + 2 * s * p.in_stride[1], p.vec_in) : make_uint4(0, 0, 0, 0);
     }
     float x[Shape::kIters][8];
     float tmax = 0.f;
@@ -225,11 +242,12 @@ __global__ void __launch_bounds__(RowsShape<kLanes>::kThreads) quantize_rows_ker
     if constexpr (kMode != RowsMode::kHeadAmax) {
       const float scale = quant_scale(amax);
       const bool zero = !(amax > 0.f);  // an all-zero block is written as +0, never -0
-      uint8_t* out = p.out + b * p.out_stride[0] + h * p.out_stride[2] + 8 * chunk;
+      const int64_t out_at = p.cu == nullptr ? b * p.out_stride[0] : rows.first * p.out_stride[1];
+      uint8_t* out = p.out + out_at + h * p.out_stride[2] + 8 * chunk;
 #pragma unroll
       for (int it = 0; it < Shape::kIters; ++it) {
         const int64_t s = row0 + it * Shape::kRowsPerIter;
-        if (chunk_active && s < p.seqlen)
+        if (chunk_active && s < rows.len)
           store8(out + s * p.out_stride[1], zero ? make_uint2(0, 0) : to_e4m3x8(x[it], scale), p.vec_out);
       }
     }
@@ -287,7 +305,9 @@ struct VtParams {
   int64_t in_stride[3] = {0, 0, 0};
   uint8_t* vt = nullptr;
   const float* amax = nullptr;  // (b, h) from the amax pass; 16-bit input only
-  int64_t seqlen = 0, heads = 0, padded = 0, key_tiles = 0, ntiles = 0;
+  int64_t seqlen = 0, heads = 0, padded = 0, key_tiles = 0, ntiles = 0;  // padded: V^T's row length
+  const int32_t* cu = nullptr;  // packed keys (VtProblem::cu_seqlens), else null
+  int64_t total_rows = 0;
   int head_dim = 0;
   int swizzle_mul = 1;  // 32 / (head_dim / 8 rounded up to a power of two): conflict-free smem stores
   bool vec_in = false, vec_out = false;
@@ -344,7 +364,10 @@ __global__ void __launch_bounds__(kVtThreads) make_vt_kernel(const VtParams p) {
       scale = quant_scale(amax);
       zero = !(amax > 0.f);
     }
-    const uint8_t* in = p.in + kInBytes * (b * p.in_stride[0] + h * p.in_stride[2]);
+    const RowRange keys = row_range(p.cu, p.total_rows, p.seqlen, b);
+    if (kt * kQuantBlock >= keys.len && p.cu != nullptr) continue;  // past the sequence: nothing to lay out
+    const int64_t in_at = p.cu == nullptr ? b * p.in_stride[0] : keys.first * p.in_stride[1];
+    const uint8_t* in = p.in + kInBytes * (in_at + h * p.in_stride[2]);
 
     for (int w = threadIdx.x; w < 32 * chunks; w += kVtThreads) {
       const int c = w % chunks, q = w / chunks, t = q & 3, g = q >> 2;
@@ -352,7 +375,7 @@ __global__ void __launch_bounds__(kVtThreads) make_vt_kernel(const VtParams p) {
 #pragma unroll
       for (int i = 0; i < 4; ++i) {  // position 4t + i holds key 8 * (i / 2) + 2t + (i % 2)
         const int64_t s = kt * kQuantBlock + 16 * g + 8 * (i / 2) + 2 * t + (i % 2);
-        k8[i] = s < p.seqlen ? load_codes8<kT>(in + kInBytes * (s * p.in_stride[1] + 8 * c), p.vec_in, scale, zero)
+        k8[i] = s < keys.len ? load_codes8<kT>(in + kInBytes * (s * p.in_stride[1] + 8 * c), p.vec_in, scale, zero)
                              : make_uint2(0, 0);  // padding keys are zero
       }
       uint32_t words[8];
@@ -366,7 +389,9 @@ __global__ void __launch_bounds__(kVtThreads) make_vt_kernel(const VtParams p) {
     }
     __syncthreads();
 
-    uint8_t* out = p.vt + bh * p.head_dim * p.padded + kt * kQuantBlock;
+    // (b, h, head_dim, padded), or packed (h, head_dim, padded) from the sequence's start column.
+    uint8_t* out = p.cu == nullptr ? p.vt + bh * p.head_dim * p.padded + kt * kQuantBlock
+                                   : p.vt + h * p.head_dim * p.padded + vt_varlen_start(keys.first, b) + kt * kQuantBlock;
     for (int w = threadIdx.x; w < 32 * p.head_dim; w += kVtThreads) {
       const int row = w >> 5, col = w & 31;
       const uint32_t v = tile_t[row * 32 + (col ^ swizzle(row))];
@@ -410,6 +435,8 @@ cudaError_t quantize_rows(const QuantizeRowsProblem& p, cudaStream_t stream) {
   r.scales = p.descale;
   r.seqlen = p.seqlen;
   r.heads = p.heads;
+  r.cu = p.cu_seqlens;
+  r.total_rows = p.total_rows;
   r.nblocks = (p.seqlen + kQuantBlock - 1) / kQuantBlock;
   r.ntiles = r.nblocks * p.heads * p.batch;
   r.head_dim = static_cast<int>(p.head_dim);
@@ -444,8 +471,10 @@ cudaError_t make_vt(const VtProblem& p, cudaStream_t stream) {
   v.amax = p.descale;
   v.seqlen = p.seqlen;
   v.heads = p.heads;
-  v.padded = vt_padded_seqlen(p.seqlen);
-  v.key_tiles = v.padded / kQuantBlock;
+  v.cu = p.cu_seqlens;
+  v.total_rows = p.total_rows;
+  v.padded = p.cu_seqlens != nullptr ? vt_varlen_columns(p.total_rows, p.batch) : vt_padded_seqlen(p.seqlen);
+  v.key_tiles = vt_padded_seqlen(p.seqlen) / kQuantBlock;
   v.ntiles = v.key_tiles * p.heads * p.batch;
   v.head_dim = static_cast<int>(p.head_dim);
   int lanes = 2;
@@ -463,6 +492,8 @@ cudaError_t make_vt(const VtProblem& p, cudaStream_t stream) {
   r.scales = p.descale;
   r.seqlen = p.seqlen;
   r.heads = p.heads;
+  r.cu = v.cu;
+  r.total_rows = v.total_rows;
   r.nblocks = v.key_tiles;
   r.ntiles = v.ntiles;
   r.head_dim = v.head_dim;

@@ -29,6 +29,12 @@ struct QuantizeRowsProblem {
   bool rotate = true;
   bool block_quant = true;
   uint32_t seed = 0;
+  // Packed (varlen) rows: sequence b is rows cu_seqlens[b] .. cu_seqlens[b+1) of in and out
+  // (device int32, batch + 1 entries; in_stride[0] and out_stride[0] unused), batch = sequences,
+  // seqlen = max_seqlen (descale blocks per sequence: a sequence's rows past it are not written),
+  // total_rows = the packed tensors' rows, to which index values are clamped.
+  const int32_t* cu_seqlens = nullptr;
+  int64_t total_rows = 0;
 };
 cudaError_t quantize_rows(const QuantizeRowsProblem& p, cudaStream_t stream);
 
@@ -45,6 +51,11 @@ struct VtProblem {
   void* vt = nullptr;
   float* descale = nullptr;
   int64_t batch = 0, seqlen = 0, heads = 0, head_dim = 0;
+  // Packed (varlen) V, as QuantizeRowsProblem's: vt is then (heads_kv, head_dim,
+  // vt_varlen_columns(total_rows, batch)) with sequence b at column vt_varlen_start(cu_seqlens[b], b),
+  // its keys up to its length rounded to 128 written (zeros past its last key), the rest untouched.
+  const int32_t* cu_seqlens = nullptr;
+  int64_t total_rows = 0;
 };
 cudaError_t make_vt(const VtProblem& p, cudaStream_t stream);
 

@@ -189,6 +189,7 @@ struct FwdMainloop {
     // Extents of the TMA views along rows and batch: (seqlen, batch), or (total tokens, 1) when
     // packed. Varlen: the index arrays (device memory; cu_q null for fixed-length batches).
     int rows_q, rows_k, batch_extent;
+    int rows_v;  // V's key extent: rows_k, or the padded columns of FP8's V^T
     const int32_t* cu_q;
     const int32_t* cu_k;
     const int32_t* used_q;
@@ -203,18 +204,24 @@ struct FwdMainloop {
     int rows_q;              // query rows to write: the sequence's length
     int seqlen_q, seqlen_k;  // query rows and keys that take part: seqused, else the lengths
     int batch;               // batch coordinate of the TMA views (0 when packed)
+    int offset_v;            // first key column of V's view: offset_k, or FP8's packed V^T start
   };
   __device__ static SeqInfo seq_info(const Params& p, int b) {
-    if constexpr (!Cfg::kVarlen) return {0, 0, p.seqlen_q, p.seqlen_q, p.seqlen_k, b};
+    if constexpr (!Cfg::kVarlen) return {0, 0, p.seqlen_q, p.seqlen_q, p.seqlen_k, b, 0};
     // Clamped to the tensors' rows: wrong index values (unchecked on the GPU unless the caller
     // asks) give wrong rows, never an access outside q/k/v/out.
     const int oq = min(max(__ldg(p.cu_q + b), 0), p.rows_q);
     const int ok = min(max(__ldg(p.cu_k + b), 0), p.rows_k);
     const int lq = min(max(__ldg(p.cu_q + b + 1) - oq, 0), p.rows_q - oq);
-    const int lk = min(max(__ldg(p.cu_k + b + 1) - ok, 0), p.rows_k - ok);
+    int lk = min(max(__ldg(p.cu_k + b + 1) - ok, 0), p.rows_k - ok);
+    // FP8: the pre-passes quantise (and lay out in V^T) at most max_seqlen_k keys per sequence, and
+    // k descales exist for those key blocks only; a longer sequence (an unchecked wrong index) must
+    // not read past them.
+    if constexpr (kFp8) lk = min(lk, p.seqlen_k);
     const int uq = p.used_q == nullptr ? lq : min(max(__ldg(p.used_q + b), 0), lq);
     const int uk = p.used_k == nullptr ? lk : min(max(__ldg(p.used_k + b), 0), lk);
-    return {oq, ok, lq, uq, uk, 0};
+    const int ov = kFp8 ? int(fp8::vt_varlen_start(ok, b)) : ok;
+    return {oq, ok, lq, uq, uk, 0, ov};
   }
 
   template <class Problem>  // AttnProblem, or Fp8AttnProblem for the FP8 kernel
@@ -238,12 +245,14 @@ struct FwdMainloop {
                           make_stride(pr.q_stride[1], _1{}, pr.q_stride[2], pr.q_stride[0]));
     auto mK = make_tensor(make_gmem_ptr(static_cast<const Element*>(k_data)), make_shape(tma_rows_k, kHeadDim, hk, bext),
                           make_stride(pr.k_stride[1], _1{}, pr.k_stride[2], pr.k_stride[0]));
+    // FP8's V^T: the padded extent, not seqlen_k: the key permutation puts some real keys of the
+    // last group of 16 at columns >= seqlen_k, which TMA must not clip. Packed: one batch entry of
+    // vt_varlen_columns keys, sequences starting at vt_varlen_start.
+    const int64_t sp = packed ? fp8::vt_varlen_columns(pr.total_k, pr.batch) : fp8::vt_padded_seqlen(pr.seqlen_k);
+    const int rows_v = kFp8 ? int(sp) : rows_k;
     auto mVt = [&] {
       if constexpr (kFp8) {
-        // The padded extent, not seqlen_k: the key permutation puts some real keys of the last
-        // group of 16 at columns >= seqlen_k, which TMA must not clip.
-        const int64_t sp = fp8::vt_padded_seqlen(pr.seqlen_k);
-        return make_tensor(make_gmem_ptr(static_cast<const Element*>(prob.vt)), make_shape(kHeadDim, int(sp), hk, b),
+        return make_tensor(make_gmem_ptr(static_cast<const Element*>(prob.vt)), make_shape(kHeadDim, int(sp), hk, bext),
                            make_stride(sp, _1{}, kHeadDim * sp, hk * kHeadDim * sp));
       } else {
         return make_tensor(make_gmem_ptr(static_cast<const Element*>(v_data)), make_shape(kHeadDim, tma_rows_k, hk, bext),
@@ -255,7 +264,7 @@ struct FwdMainloop {
              make_tma_copy(SM90_TMA_LOAD{}, mK, take<0, 2>(SmemLayoutK{}), Shape<BN, HD>{}, _1{}),
              make_tma_copy(SM90_TMA_LOAD{}, mVt, take<0, 2>(SmemLayoutVt{}), Shape<HD, BN>{}, _1{}),
              sq, sk, hq, hk, b, int(pr.group()), pr.scale, pr.scale * 1.4426950408889634f, {},
-             rows_q, rows_k, bext, pr.cu_seqlens_q, pr.cu_seqlens_k, pr.seqused_q, pr.seqused_k,
+             rows_q, rows_k, bext, rows_v, pr.cu_seqlens_q, pr.cu_seqlens_k, pr.seqused_q, pr.seqused_k,
              w.left, w.right, Softcap::make(pr.softcap, pr.scale)};
     if constexpr (kFp8) {
       p.descale = {prob.q_descale, prob.k_descale, prob.v_descale,
@@ -299,8 +308,8 @@ struct FwdMainloop {
     }
     __device__ auto v_src() const {
       using namespace cute;
-      Tensor mV = p.tma_v.get_tma_tensor(make_shape(int(kHeadDim), p.rows_k, p.heads_kv, p.batch_extent));
-      Tensor mVs = from_row<1>(mV(_, _, head / p.group, si.batch), si.offset_k);
+      Tensor mV = p.tma_v.get_tma_tensor(make_shape(int(kHeadDim), p.rows_v, p.heads_kv, p.batch_extent));
+      Tensor mVs = from_row<1>(mV(_, _, head / p.group, si.batch), si.offset_v);
       Tensor gV = local_tile(mVs, Shape<HD, BN>{}, make_coord(_0{}, _));
       return p.tma_v.get_slice(_0{}).partition_S(gV);  // (TMA, 1, 1, n_block)
     }

@@ -125,8 +125,9 @@ struct FwdWsConfig : WsSchedule<kFlags> {
 // fp32 = 128 per thread, S 64x128 = 64, P in e4m3 = 16, within the 240 of two consumer
 // warpgroups. Shared memory at d256: Q 128*d + 2 stages of K and V^T (128*d bytes each) + O in 16
 // bits (2*128*d) = 224 KB, under 227 KB.
+// kVarlen_: packed batches, as FwdWsConfig's; V^T then has the packed layout of fp8::vt_varlen_start.
 template <DType kOutDType, int kHeadDim_, bool kCausal, unsigned kFlags = kStageE, int kBlockNOverride = 0,
-          int kBlockMOverride = 0>
+          int kBlockMOverride = 0, bool kVarlen_ = false>
 struct Fp8FwdConfig : WsSchedule<kFlags> {
   static_assert(kHeadDim_ == 64 || kHeadDim_ == 128 || kHeadDim_ == 256, "head_dim must be 64, 128 or 256");
   static_assert(kOutDType == DType::kBF16 || kOutDType == DType::kFP16, "FP8 output is bf16 or fp16");
@@ -145,7 +146,7 @@ struct Fp8FwdConfig : WsSchedule<kFlags> {
   static constexpr int kProducerRegs = kNumConsumerWG == 2 ? 24 : 32;
   static constexpr int kConsumerRegs = kNumConsumerWG == 2 ? 240 : 160;
   static constexpr bool kCausalMask = kCausal;
-  static constexpr bool kVarlen = false;
+  static constexpr bool kVarlen = kVarlen_;
   static constexpr bool kLocal = false;
   static constexpr bool kSoftcap = false;
   static constexpr int kElementBytes = 1;
