@@ -32,6 +32,18 @@ bool causal_fold_order(int block_m) {
   return forced < 0 ? block_m == 128 : forced != 0;
 }
 
+// FP8, measured with bench/varlen.py --fp8 (docs/perf-notes.md, "FP8 on packed batches"): packed
+// causal batches gain 11-21% at every head dim, 192-row d64 tiles included (the varlen scheduler
+// folds within each sequence, so the half-cost units do not all land on the same CTAs). The
+// fixed-length FP8 kernels were mixed (-8% to +22% over the per-length calls of the same runs) and
+// stay longest-first until the compare.py FP8 grid is measured with it.
+bool fp8_causal_fold_order(int block_m, bool varlen) {
+  const int forced = fwd_tuning().fold;
+  if (forced >= 0) return forced != 0;
+  (void)block_m;
+  return varlen;
+}
+
 // Up to 1k keys, N = 128 pads nothing at the grid's powers of two and leaves shared memory for the
 // separate O buffer (+18% at 512); up to 4k, N = 160 keeps the separate O buffer (+4% at 2k);
 // beyond, N = 176 amortises each softmax over the most keys (+1.5% at 16k).

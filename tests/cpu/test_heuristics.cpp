@@ -46,6 +46,22 @@ TEST(Heuristics, FoldOrderByTileRowsAndOverride) {
   t = saved;
 }
 
+// FP8: folded for packed batches at both tile heights, longest-first for fixed-length ones, unless forced.
+TEST(Heuristics, Fp8FoldOrderForPackedBatchesAndOverride) {
+  FwdTuning& t = fwd_tuning();
+  const FwdTuning saved = t;
+  t.fold = -1;
+  EXPECT_TRUE(fp8_causal_fold_order(128, true));
+  EXPECT_TRUE(fp8_causal_fold_order(192, true));
+  EXPECT_FALSE(fp8_causal_fold_order(128, false));
+  EXPECT_FALSE(fp8_causal_fold_order(192, false));
+  t.fold = 0;
+  EXPECT_FALSE(fp8_causal_fold_order(128, true));
+  t.fold = 1;
+  EXPECT_TRUE(fp8_causal_fold_order(128, false));
+  t = saved;
+}
+
 // Backward causal launch order: key blocks of one head side by side unless overridden (measured
 // +33% at d128 causal 2k against longest-first across heads: docs/perf-notes.md, backward v3).
 TEST(Heuristics, BackwardCausalOrderDefaultAndOverride) {
