@@ -574,3 +574,26 @@ def gpu_outputs_and_gradients(calls, q, k, v, dout, names=("out", "dq", "dk", "d
         for name, a, b in zip(names, results[0], other):
             assert torch.equal(a, b), name
     return results
+
+
+def fp8_head_dim_and_dtype():
+    """A (head_dim, ABI dtype code) with an FP8 kernel in this build, else skip the test."""
+    from hopattn import _lib
+
+    for direction, dtype, head_dim in hopattn.build_info()["kernels"]:
+        if direction == "fp8":
+            return head_dim, {"bf16": _lib.DTYPE_BF16, "fp16": _lib.DTYPE_FP16}[dtype]
+    pytest.skip(f"no FP8 kernel in this build ({hopattn.build_info()['instantiations']})")
+
+
+class FakeTensors:
+    """Aligned fake device addresses, a fresh one per tensor (for calls that never launch)."""
+
+    def __init__(self):
+        self.next = 1 << 32
+
+    def __call__(self, code, shape):
+        from hopattn import _lib
+
+        ptr, self.next = self.next, self.next + (1 << 32)
+        return _lib.make_tensor(ptr, code, tuple(shape), _lib._contiguous_strides(shape))

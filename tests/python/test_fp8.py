@@ -21,7 +21,7 @@ import pytest
 import hopattn
 from hopattn import _lib
 from hopattn import fp8_reference as f8
-from hopattn_test_support import optional_torch, require_library_or_skip_module
+from hopattn_test_support import FakeTensors, fp8_head_dim_and_dtype, optional_torch, require_library_or_skip_module
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HEADER = REPO_ROOT / "include" / "hopattn" / "hopattn_c.h"
@@ -264,26 +264,10 @@ def lib():
     return _lib.load()
 
 
-def _fp8_head_dim_and_dtype():
-    for direction, dtype, head_dim in hopattn.build_info()["kernels"]:
-        if direction == "fp8":
-            return head_dim, {"bf16": _lib.DTYPE_BF16, "fp16": _lib.DTYPE_FP16}[dtype]
-    pytest.skip(f"no FP8 kernel in this build ({hopattn.build_info()['instantiations']})")
-
-
-class _Fake:
-    """Aligned fake device addresses, a fresh one per tensor."""
-
-    def __init__(self):
-        self.next = 1 << 32
-
-    def __call__(self, code, shape):
-        ptr, self.next = self.next, self.next + (1 << 32)
-        return _lib.make_tensor(ptr, code, tuple(shape), _lib._contiguous_strides(shape))
 
 
 def _fwd_problem(d, out_code, b=2, sq=300, sk=300, hq=4, hkv=2):
-    t = _Fake()
+    t = FakeTensors()
     E4, F32 = _lib.DTYPE_E4M3, _lib.DTYPE_FP32
     nq, nk = math.ceil(sq / 128), math.ceil(sk / 128)
     return dict(
@@ -302,7 +286,7 @@ def _call_invalid(lib, fn, size_fn, args, *extra):
 
 
 def test_forward_fp8_struct_as_the_library_reads_it(lib):
-    d, out_code = _fp8_head_dim_and_dtype()
+    d, out_code = fp8_head_dim_and_dtype()
     fields, t = _fwd_problem(d, out_code)
     ok = _lib.make_fp8_fwd_args(**fields)
     nbytes = lib.hopattn_forward_fp8_workspace_size(ctypes.byref(ok))
@@ -336,8 +320,8 @@ def test_forward_fp8_struct_as_the_library_reads_it(lib):
 
 
 def test_attention_fp8_struct_as_the_library_reads_it(lib):
-    d, code = _fp8_head_dim_and_dtype()
-    t = _Fake()
+    d, code = fp8_head_dim_and_dtype()
+    t = FakeTensors()
     b, s, hq, hkv = 4, 1024, 16, 16
 
     def args(**kw):
@@ -367,7 +351,7 @@ def test_attention_fp8_struct_as_the_library_reads_it(lib):
 
 
 def test_quantize_fp8_struct_as_the_library_reads_it(lib):
-    t = _Fake()
+    t = FakeTensors()
     # seqlen 0: a call that passes validation has nothing to launch (UNSUPPORTED_DEVICE without a
     # Hopper GPU, SUCCESS with one); either way the status shows which fields the library read.
     passed = (_lib.STATUS_SUCCESS, _lib.STATUS_UNSUPPORTED_DEVICE)

@@ -23,7 +23,14 @@ import pytest
 
 import hopattn
 from hopattn import _lib
-from hopattn_test_support import cu_seqlens, optional_torch, require_library_or_skip_module, sequences
+from hopattn_test_support import (
+    FakeTensors,
+    cu_seqlens,
+    fp8_head_dim_and_dtype,
+    optional_torch,
+    require_library_or_skip_module,
+    sequences,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HEADER = REPO_ROOT / "include" / "hopattn" / "hopattn_c.h"
@@ -283,22 +290,6 @@ def lib():
     return _lib.load()
 
 
-def _fp8_head_dim_and_dtype():
-    for direction, dtype, head_dim in hopattn.build_info()["kernels"]:
-        if direction == "fp8":
-            return head_dim, {"bf16": _lib.DTYPE_BF16, "fp16": _lib.DTYPE_FP16}[dtype]
-    pytest.skip(f"no FP8 kernel in this build ({hopattn.build_info()['instantiations']})")
-
-
-class _Fake:
-    """Aligned fake device addresses, a fresh one per tensor."""
-
-    def __init__(self):
-        self.next = 1 << 32
-
-    def __call__(self, code, shape):
-        ptr, self.next = self.next, self.next + (1 << 32)
-        return _lib.make_tensor(ptr, code, tuple(shape), _lib._contiguous_strides(shape))
 
 
 def _call_invalid(lib, fn, args):
@@ -331,8 +322,8 @@ def _varlen_fields(t, d, in_code, out_code):
 
 
 def test_attention_fp8_varlen_struct_as_the_library_reads_it(lib):
-    d, code = _fp8_head_dim_and_dtype()
-    t = _Fake()
+    d, code = fp8_head_dim_and_dtype()
+    t = FakeTensors()
     base = dict(_varlen_fields(t, d, code, code), incoherent=True, block_quant=True, seed=3)
 
     def args(**kw):
@@ -379,8 +370,8 @@ def test_attention_fp8_varlen_struct_as_the_library_reads_it(lib):
 
 
 def test_forward_fp8_varlen_struct_as_the_library_reads_it(lib):
-    d, out_code = _fp8_head_dim_and_dtype()
-    t = _Fake()
+    d, out_code = fp8_head_dim_and_dtype()
+    t = FakeTensors()
     E4, F32, I32 = _lib.DTYPE_E4M3, _lib.DTYPE_FP32, _lib.DTYPE_INT32
     base = dict(_varlen_fields(t, d, E4, out_code), q_descale=t(F32, (B, HQ, 3)), k_descale=t(F32, (B, HKV, 3)),
                 v_descale=t(F32, (B, HKV)))
