@@ -735,9 +735,11 @@ TEST(KvCachePlan, SplitHeuristic) {
   // efficiency (16 splits fill 97% of the wave; 15 only 91%).
   EXPECT_EQ(choose_num_splits(8, 131072, slots, 0), 16);
   EXPECT_EQ(choose_num_splits(1, 131072, slots, 0), 122);  // under one wave even at 128 splits
-  // Never below 256 keys a split.
-  EXPECT_EQ(choose_num_splits(8, 1024, slots, 0), 4);
-  EXPECT_EQ(choose_num_splits(8, 300, slots, 0), 1);
+  // Never below one 64-key block step a split: a 1k cache takes 16 splits (97% of the wave), 300
+  // keys 4 (the whole steps of 300 keys), 64 keys none.
+  EXPECT_EQ(choose_num_splits(8, 1024, slots, 0), 16);
+  EXPECT_EQ(choose_num_splits(8, 300, slots, 0), 4);
+  EXPECT_EQ(choose_num_splits(8, 64, slots, 0), 1);
   // 80% of a wave already: no split; 100 blocks (76%) take 9 splits (97% of 7 waves).
   EXPECT_EQ(choose_num_splits(512, 131072, slots, 0), 1);
   EXPECT_EQ(choose_num_splits(106, 131072, slots, 0), 1);
@@ -760,9 +762,9 @@ TEST(KvCachePlan, WindowBoundsTheKeysPerSequence) {
   EXPECT_EQ(sm90::decode::plan_decode(p, 132).num_splits, 16);  // 8 blocks a split (SplitHeuristic)
   p.window_right = 0;  // a right bound alone does not cap the keys
   EXPECT_EQ(p.max_window_keys(), 131072);
-  p.window_left = 511;  // 512 keys: at most 2 splits of 256
+  p.window_left = 511;  // 512 keys: at most 8 splits of one 64-key step
   EXPECT_EQ(p.max_window_keys(), 512);
-  EXPECT_EQ(sm90::decode::plan_decode(p, 132).num_splits, 2);
+  EXPECT_EQ(sm90::decode::plan_decode(p, 132).num_splits, 8);
   p.window_left = 4095;  // 4096 keys
   EXPECT_EQ(p.max_window_keys(), 4096);
   EXPECT_EQ(sm90::decode::plan_decode(p, 132).num_splits, 16);
@@ -864,11 +866,11 @@ TEST(KvCachePlan, RowTilesBlocksAndWorkspace) {
   EXPECT_EQ(plan.row_tiles, 1);
   EXPECT_EQ(plan.row_blocks, 2);
   EXPECT_EQ(plan.num_splits, 8);  // 16 blocks a split on 132 slots: 128 blocks fill 97% of the wave
-  // Paged caches count every resident block (2 per SM at head_dim 128): 264 slots, where 31 splits
-  // of 8 blocks fill 94% of the wave, within 95% of the best (32 splits, 97%).
+  // Paged caches count every resident block (2 per SM at head_dim 128): 264 slots, where 32 splits
+  // of 8 blocks fill 97% of the wave, within 95% of the best (33 splits, 100%; 31 fill 94%).
   p.head_dim = 128;
   p.paged = true;
-  EXPECT_EQ(sm90::decode::plan_decode(p, 132).num_splits, 31);
+  EXPECT_EQ(sm90::decode::plan_decode(p, 132).num_splits, 32);
   p.paged = false;
   p.head_dim = 256;
   p.num_splits = 1;

@@ -19,7 +19,10 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kChunkKeys = 16;                  // keys per warp per step: one m16n8k16 k-step of P V
 constexpr int kStepKeys = kWarps * kChunkKeys;  // keys per block per step; splits are multiples of it
 constexpr int kMaxSplits = 128;
-constexpr int kMinKeysPerSplit = 256;  // the heuristic never splits finer (per-split overhead)
+// The heuristic never splits finer than one block step. It was 256 keys; at batch 1 with a 1k cache
+// (8 KV heads) that capped the split at 4 (32 blocks on 132 SMs, 12.2 us), where 16 splits of 64
+// keys take 10.7 us: the combine costs less than the idle SMs (perf-notes, "decode v4").
+constexpr int kMinKeysPerSplit = kStepKeys;
 constexpr float kLog2e = 1.4426950408889634f;  // scores run in the log2 domain (exp2)
 constexpr float kLn2 = 0.6931471805599453f;
 
