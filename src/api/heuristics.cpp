@@ -34,14 +34,14 @@ bool causal_fold_order(int block_m) {
 
 // FP8, measured with bench/varlen.py --fp8 (docs/perf-notes.md, "FP8 on packed batches"): packed
 // causal batches gain 11-21% at every head dim, 192-row d64 tiles included (the varlen scheduler
-// folds within each sequence, so the half-cost units do not all land on the same CTAs). The
-// fixed-length FP8 kernels were mixed (-8% to +22% over the per-length calls of the same runs) and
-// stay longest-first until the compare.py FP8 grid is measured with it.
+// folds within each sequence, so the half-cost units do not all land on the same CTAs). Fixed-length
+// FP8 follows the 16-bit rule, measured on compare.py's causal FP8 grid (perf-notes, "The fold
+// order for fixed-length FP8"): 128-row tiles (d128, d256) gain 2-10% up to 8k and stay level at
+// 16k; d64's 192-row tiles lose 4-19%.
 bool fp8_causal_fold_order(int block_m, bool varlen) {
   const int forced = fwd_tuning().fold;
   if (forced >= 0) return forced != 0;
-  (void)block_m;
-  return varlen;
+  return varlen || block_m == 128;
 }
 
 // Up to 1k keys, N = 128 pads nothing at the grid's powers of two and leaves shared memory for the

@@ -22,8 +22,8 @@ bool causal_snake_order(int64_t seqlen_q);
 // Whether the persistent scheduler hands masked (causal, windowed) tiles out in folded units (see
 // tile_scheduler.hpp) for a kernel of block_m query rows per tile; it overrides the snake order.
 bool causal_fold_order(int block_m);
-// The same for the FP8 kernels: on for packed (varlen) batches at every tile height, off for
-// fixed-length ones, unless forced.
+// The same for the FP8 kernels: on for packed (varlen) batches at every tile height, and for
+// fixed-length ones with 128-row tiles (d128, d256), unless forced.
 bool fp8_causal_fold_order(int block_m, bool varlen);
 
 // Key tile (keys per pipeline stage) of the d128 non-causal FlashAttention-3 kernel; 0 means the

@@ -46,19 +46,20 @@ TEST(Heuristics, FoldOrderByTileRowsAndOverride) {
   t = saved;
 }
 
-// FP8: folded for packed batches at both tile heights, longest-first for fixed-length ones, unless forced.
+// FP8: folded for packed batches at both tile heights and for fixed-length 128-row tiles; fixed-length
+// 192-row (d64) tiles go longest-first, unless forced.
 TEST(Heuristics, Fp8FoldOrderForPackedBatchesAndOverride) {
   FwdTuning& t = fwd_tuning();
   const FwdTuning saved = t;
   t.fold = -1;
   EXPECT_TRUE(fp8_causal_fold_order(128, true));
   EXPECT_TRUE(fp8_causal_fold_order(192, true));
-  EXPECT_FALSE(fp8_causal_fold_order(128, false));
+  EXPECT_TRUE(fp8_causal_fold_order(128, false));   // fixed length: the 16-bit rule, 128-row tiles fold
   EXPECT_FALSE(fp8_causal_fold_order(192, false));
   t.fold = 0;
   EXPECT_FALSE(fp8_causal_fold_order(128, true));
   t.fold = 1;
-  EXPECT_TRUE(fp8_causal_fold_order(128, false));
+  EXPECT_TRUE(fp8_causal_fold_order(192, false));
   t = saved;
 }
 
