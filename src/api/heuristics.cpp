@@ -41,7 +41,7 @@ bool causal_fold_order(int block_m) {
 bool fp8_causal_fold_order(int block_m, bool varlen) {
   const int forced = fwd_tuning().fold;
   if (forced >= 0) return forced != 0;
-  return varlen || block_m == 128;
+  return varlen || causal_fold_order(block_m);
 }
 
 // Up to 1k keys, N = 128 pads nothing at the grid's powers of two and leaves shared memory for the

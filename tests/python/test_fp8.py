@@ -264,8 +264,6 @@ def lib():
     return _lib.load()
 
 
-
-
 def _fwd_problem(d, out_code, b=2, sq=300, sk=300, hq=4, hkv=2):
     t = FakeTensors()
     E4, F32 = _lib.DTYPE_E4M3, _lib.DTYPE_FP32

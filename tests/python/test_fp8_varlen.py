@@ -290,8 +290,6 @@ def lib():
     return _lib.load()
 
 
-
-
 def _call_invalid(lib, fn, args):
     """The size query says 0 (invalid), and the call (no workspace, the default stream) returns
     INVALID_ARGUMENT before touching the device: (its message)."""
