@@ -293,6 +293,12 @@ struct WithBlockM : Base {
   static_assert(kM <= Base::kBlockM, "a smaller tile keeps the base's shared-memory decisions valid");
 };
 
+// A configuration with kS K/V pipeline stages instead of 2 (d64 has the shared memory for 3).
+template <class Base, int kS>
+struct WithStages : Base {
+  static constexpr int kStages = kS;
+};
+
 template <class Cfg>
 cudaError_t run_cfg(const AttnProblem& pr, cudaStream_t s) {
   if (pr.causal != Cfg::kCausalMask) return cudaErrorInvalidValue;
@@ -316,7 +322,12 @@ static const std::vector<Variant>& variants() {
   constexpr DType BF = DType::kBF16;
   using namespace ws;
   static const std::vector<Variant> v = {
-#if defined(WS_PROBE_D64)
+#if defined(WS_PROBE_D64B)
+      {"E", 64, L<BF, 64, kStageE>()},
+      {"E noPP", 64, L<BF, 64, kStageE & ~kBitPingPong>()},
+      {"E st3", 64, &run_cfg<WithStages<FwdWsConfig<BF, 64, true, kStageE>, 3>>, -1, -1, true},
+      {"noPP st3", 64, &run_cfg<WithStages<FwdWsConfig<BF, 64, true, kStageE & ~kBitPingPong>, 3>>, -1, -1, true},
+#elif defined(WS_PROBE_D64)
       {"E", 64, L<BF, 64, kStageE>()},
       {"E fold", 64, L<BF, 64, kStageE>(), -1, 1},
       {"E M128", 64, &run_cfg<WithBlockM<FwdWsConfig<BF, 64, true, kStageE>, 128>>, -1, -1, true},
