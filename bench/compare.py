@@ -65,32 +65,46 @@ def parse_args(argv=None):
 # --- timing -----------------------------------------------------------------------------------------
 
 
+def make_events_timer(torch, reps=30, warmup=5, sleep_cycles=0):
+    """Median ms of fn over `reps` calls after `warmup`, CUDA events around each call, with L2 flushed
+    (a 256 MB memset) before each. sleep_cycles > 0: torch.cuda._sleep that long after the flush,
+    so the GPU stays ahead of the host and the events time the call's GPU work alone (for calls
+    shorter than their host cost; bench/decode.py)."""
+    flush = torch.empty(256 * 1024 * 1024, dtype=torch.int8, device="cuda")
+    sleep = getattr(torch.cuda, "_sleep", None) if sleep_cycles > 0 else None
+
+    def events_median(fn):
+        for _ in range(warmup):
+            fn()
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        for i in range(reps):
+            flush.zero_()
+            if sleep is not None:
+                sleep(sleep_cycles)
+            starts[i].record()
+            fn()
+            ends[i].record()
+        torch.cuda.synchronize()
+        return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+
+    name = (f"CUDA events, L2 flush{' + sleep' if sleep else ''} before each call, "
+            f"median of {reps} after {warmup} warm-up runs")
+    if sleep_cycles > 0 and sleep is None:
+        name += " (no torch.cuda._sleep)"
+    return events_median, name
+
+
 def make_timer(torch):
     """Median milliseconds of fn: triton's do_bench (flushes L2 between runs) if triton imports,
-    else CUDA events around each of 30 runs after warm-up, with the same L2 flush."""
+    else make_events_timer's CUDA events with the same L2 flush."""
     try:
         from triton.testing import do_bench
 
         return (lambda fn: do_bench(fn, warmup=25, rep=100, return_mode="median")), "triton.testing.do_bench median"
     except ImportError:
         pass
-    flush = torch.empty(256 * 1024 * 1024, dtype=torch.int8, device="cuda")
-
-    def events_median(fn):
-        for _ in range(5):
-            fn()
-        times = []
-        for _ in range(30):
-            flush.zero_()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end))
-        return statistics.median(times)
-
-    return events_median, "CUDA events, median of 30 after 5 warm-up runs"
+    return make_events_timer(torch)
 
 
 # --- implementations --------------------------------------------------------------------------------

@@ -7,9 +7,10 @@
 # HBM, so the figure of merit is GB/s: the bytes of K and V in the cache, read once, over the time.
 # Prints a markdown table; --json writes the rows. GPU machine only (torch with CUDA).
 #
-# Timer (--timer gpu, the default): before each timed call a 256 MB memset flushes L2 and a
-# torch.cuda._sleep keeps the GPU busy for ~100 us more, then CUDA events bracket the call; median of
-# 100 after 10 warm-up calls, and the clocks are raised by 0.5 s of matmuls before the first shape.
+# Timer (--timer gpu, the default; compare.make_events_timer): before each timed call a 256 MB memset
+# flushes L2 and a torch.cuda._sleep keeps the GPU busy for ~100 us more, then CUDA events bracket
+# the call; median of 100 after 10 warm-up calls, and the clocks are raised by 0.5 s of matmuls
+# before the first shape.
 # The sleep makes the figure the call's GPU time: a decode step is ~10-20 us of GPU work at small
 # caches, and with do_bench (--timer do_bench) a Python route whose host cost per call (28-70 us,
 # depending on the machine) exceeds the GPU's per-iteration work lets the GPU reach the start event
@@ -45,32 +46,6 @@ def fmt(value, digits=0):
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def make_gpu_timer(torch, reps=100, warmup=10, sleep_cycles=200_000):
-    """Median ms of fn's GPU time with L2 flushed before each call (see the header)."""
-    import statistics
-
-    flush = torch.empty(256 * 2**20, dtype=torch.int8, device="cuda")
-    sleep = getattr(torch.cuda, "_sleep", None)
-
-    def run(fn):
-        for _ in range(warmup):
-            fn()
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-        for i in range(reps):
-            flush.zero_()
-            if sleep is not None:
-                sleep(sleep_cycles)  # the GPU stays ahead of the host: the events time the call alone
-            starts[i].record()
-            fn()
-            ends[i].record()
-        torch.cuda.synchronize()
-        return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
-
-    name = "CUDA events, L2 flush + sleep before each call, median of 100" + ("" if sleep else " (no torch.cuda._sleep)")
-    return run, name
-
-
 def warm_clocks(torch, seconds=0.5):
     """Matmuls for `seconds`, so the first shape is not timed while the clocks ramp up from idle."""
     import time
@@ -102,9 +77,12 @@ def main(argv=None):
     import torch.nn.functional as F
 
     import hopattn
-    from compare import make_timer
+    from compare import make_events_timer, make_timer
 
-    timer, timer_name = make_gpu_timer(torch) if args.timer == "gpu" else make_timer(torch)
+    if args.timer == "gpu":
+        timer, timer_name = make_events_timer(torch, reps=100, warmup=10, sleep_cycles=200_000)
+    else:
+        timer, timer_name = make_timer(torch)
     warm_clocks(torch)
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
     hq, hk, d, page = args.heads, args.heads_kv, args.hdim, args.page_size

@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "sm90/fp8/layout.hpp"
+#include "sm90/launch_util.hpp"
 
 namespace hopattn::sm90::fp8 {
 namespace {
@@ -40,9 +41,8 @@ __device__ __forceinline__ TileCoord tile_coord(int64_t tile, int64_t blocks, in
 template <class Kernel>
 unsigned pass_grid(Kernel kernel, int threads, int64_t ntiles, bool packed) {
   int64_t grid = std::min(ntiles, kMaxGrid);
-  int device = 0, sms = 0, per_sm = 0;
-  if (packed && cudaGetDevice(&device) == cudaSuccess &&
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess &&
+  int sms = 0, per_sm = 0;
+  if (packed && current_device_sm_count(&sms) == cudaSuccess &&
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0) == cudaSuccess && per_sm > 0)
     grid = std::min<int64_t>(grid, int64_t{sms} * per_sm);  // else (a query failed): one CTA per tile, still right
   return static_cast<unsigned>(grid);
