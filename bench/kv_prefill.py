@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+# Chunked prefill against a KV cache (issue 6): hopattn.attention_with_kvcache with seqlen_q >> 1 on a
+# contiguous and on a paged cache (64-token pages, random page table), against hopattn.attention on
+# the same q and keys as fixed-length tensors (the warp-specialised WGMMA kernel). The KV-cache call
+# runs the mma.sync decode kernel for every seqlen_q, so this measures what chunked prefill costs
+# through it (docs/perf-notes.md, "The KV-cache call with many query rows"; docs/design-kvcache-prefill.md).
+# TFLOP/s count the (query, key) pairs each row sees; triton do_bench median. GPU machine only.
+#   python3 bench/kv_prefill.py [--shapes 4x8192x1,4x8192x128,...] (batch x cache x seqlen_q)
+import argparse
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+try:
+    import hopattn  # noqa: F401
+except ImportError:
+    sys.path.insert(0, str(REPO_ROOT / "python"))
+
+DEFAULT_SHAPES = "4x8192x1,4x8192x16,4x8192x128,4x8192x512,4x8192x2048,1x32768x4096"
+
+
+def visible_pairs(batch, heads, seqlen_q, cache_len, causal):
+    """(query, key) pairs over batch x heads: every cached key, minus the bottom-right causal triangle."""
+    per_head = seqlen_q * cache_len - (seqlen_q * (seqlen_q - 1) // 2 if causal else 0)
+    return batch * heads * per_head
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--shapes", default=DEFAULT_SHAPES, help="batch x cache length x seqlen_q, comma separated")
+    p.add_argument("--heads", type=int, default=32)
+    p.add_argument("--heads-kv", type=int, default=8)
+    p.add_argument("--hdim", type=int, default=128)
+    p.add_argument("--page-size", type=int, default=64)
+    args = p.parse_args(argv)
+
+    import torch
+    from triton.testing import do_bench
+
+    import hopattn
+
+    dt = torch.bfloat16
+    hq, hk, d, page = args.heads, args.heads_kv, args.hdim, args.page_size
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    print("| batch | cache | seqlen_q | causal | KV call, contiguous | KV call, paged | hopattn.attention | check |")
+    print("|---:|---:|---:|---|---:|---:|---:|---|")
+    for shape in args.shapes.split(","):
+        b, cache_len, sq = (int(x) for x in shape.split("x"))
+        q = torch.randn(b, sq, hq, d, device="cuda", dtype=dt, generator=gen)
+        kc = torch.randn(b, cache_len, hk, d, device="cuda", dtype=dt, generator=gen)
+        vc = torch.randn(b, cache_len, hk, d, device="cuda", dtype=dt, generator=gen)
+        seqlens = torch.full((b,), cache_len, dtype=torch.int32, device="cuda")
+        perm = torch.randperm(b * cache_len // page, device="cuda", generator=gen)
+        page_table = perm.view(b, -1).to(torch.int32)
+        kp = torch.empty(b * cache_len // page, page, hk, d, device="cuda", dtype=dt)
+        kp[perm] = kc.view(-1, page, hk, d)
+        vp = torch.empty_like(kp)
+        vp[perm] = vc.view(-1, page, hk, d)
+        for causal in (False, True):
+            fns = {
+                "contig": lambda: hopattn.attention_with_kvcache(q, kc, vc, seqlens, causal=causal),
+                "paged": lambda: hopattn.attention_with_kvcache(q, kp, vp, seqlens, page_table=page_table, causal=causal),
+                "dense": lambda: hopattn.attention(q, kc, vc, causal=causal),
+            }
+            ref = fns["dense"]().float()
+            worst = max((fns[n]().float() - ref).abs().max().item() for n in ("contig", "paged"))
+            flops = 4 * d * visible_pairs(b, hq, sq, cache_len, causal)
+            cells = [f"{flops / do_bench(fn, warmup=10, rep=50, return_mode='median') / 1e9:.0f}" for fn in fns.values()]
+            check = ("ok " if worst < 2e-2 else "BAD ") + f"{worst:.1e}"
+            print(f"| {b} | {cache_len} | {sq} | {'yes' if causal else 'no'} | " + " | ".join(cells) + f" | {check} |")
+        del q, kc, vc, kp, vp
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
