@@ -353,6 +353,11 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, k=None, v=None, p
     """Decoding attention of a few new query tokens per sequence against a key/value cache
     (FlashAttention-3's flash_attn_with_kvcache). Forward only.
 
+    Speed: built for decoding. With many query tokens per sequence (chunked prefill, 128 and up) it
+    runs 3.6-4.6x slower than hopattn.attention on the same keys (H200); where the cached lengths
+    allow it, hopattn.attention / varlen_attention on the cache's rows is the faster call for now
+    (docs/design-kvcache-prefill.md).
+
     q: (batch, seqlen_q, heads_q, head_dim). k_cache, v_cache: (batch, max_seqlen_k, heads_kv,
     head_dim), or with page_table (num_pages, page_size, heads_kv, head_dim), any page_size; heads_q
     a multiple of heads_kv (GQA/MQA); any strides with a contiguous last dim. cache_seqlens: int32
