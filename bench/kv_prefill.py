@@ -4,13 +4,15 @@
 # the same q and keys as fixed-length tensors (the warp-specialised WGMMA kernel). The KV-cache call
 # runs the mma.sync decode kernel for every seqlen_q, so this measures what chunked prefill costs
 # through it (docs/perf-notes.md, "The KV-cache call with many query rows"; docs/design-kvcache-prefill.md).
-# TFLOP/s count the (query, key) pairs each row sees; triton do_bench median. GPU machine only.
+# TFLOP/s count the (query, key) pairs each row sees; compare.make_timer (triton do_bench median). GPU machine
+# only.
 #   python3 bench/kv_prefill.py [--shapes 4x8192x1,4x8192x128,...] (batch x cache x seqlen_q)
 import argparse
 import sys
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT / "bench"))
 try:
     import hopattn  # noqa: F401
 except ImportError:
@@ -35,13 +37,16 @@ def main(argv=None):
     args = p.parse_args(argv)
 
     import torch
-    from triton.testing import do_bench
+    from compare import make_timer
 
     import hopattn
+
+    timer, timer_name = make_timer(torch)
 
     dt = torch.bfloat16
     hq, hk, d, page = args.heads, args.heads_kv, args.hdim, args.page_size
     gen = torch.Generator(device="cuda").manual_seed(0)
+    print(f"timer: {timer_name}; TFLOP/s from the (query, key) pairs each row sees")
     print("| batch | cache | seqlen_q | causal | KV call, contiguous | KV call, paged | hopattn.attention | check |")
     print("|---:|---:|---:|---|---:|---:|---:|---|")
     for shape in args.shapes.split(","):
@@ -65,7 +70,7 @@ def main(argv=None):
             ref = fns["dense"]().float()
             worst = max((fns[n]().float() - ref).abs().max().item() for n in ("contig", "paged"))
             flops = 4 * d * visible_pairs(b, hq, sq, cache_len, causal)
-            cells = [f"{flops / do_bench(fn, warmup=10, rep=50, return_mode='median') / 1e9:.0f}" for fn in fns.values()]
+            cells = [f"{flops / timer(fn) / 1e9:.0f}" for fn in fns.values()]
             check = ("ok " if worst < 2e-2 else "BAD ") + f"{worst:.1e}"
             print(f"| {b} | {cache_len} | {sq} | {'yes' if causal else 'no'} | " + " | ".join(cells) + f" | {check} |")
         del q, kc, vc, kp, vp
