@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 # Chunked prefill against a KV cache (issue 6): hopattn.attention_with_kvcache with seqlen_q >> 1 on a
 # contiguous and on a paged cache (64-token pages, random page table), against hopattn.attention on
-# the same q and keys as fixed-length tensors (the warp-specialised WGMMA kernel). The KV-cache call
-# runs the mma.sync decode kernel for every seqlen_q, so this measures what chunked prefill costs
-# through it (docs/perf-notes.md, "The KV-cache call with many query rows"; docs/design-kvcache-prefill.md).
+# the same q and keys as fixed-length tensors (the warp-specialised WGMMA kernel). From
+# kKvForwardMinSeqlenQ query rows up a contiguous cache runs that forward kernel (src/api/kvcache_route.hpp);
+# the "decode kernel" column forces the split-KV decode kernel (HOPATTN_KV_KERNEL=decode) on the
+# same call, and paged caches always run it (docs/design-kvcache-prefill.md).
 # TFLOP/s count the (query, key) pairs each row sees; compare.make_timer (triton do_bench median). GPU machine
 # only.
 #   python3 bench/kv_prefill.py [--shapes 4x8192x1,4x8192x128,...] (batch x cache x seqlen_q)
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -18,7 +20,20 @@ try:
 except ImportError:
     sys.path.insert(0, str(REPO_ROOT / "python"))
 
-DEFAULT_SHAPES = "4x8192x1,4x8192x16,4x8192x128,4x8192x512,4x8192x2048,1x32768x4096"
+DEFAULT_SHAPES = "4x8192x1,4x8192x16,4x8192x32,4x8192x64,4x8192x128,4x8192x512,4x8192x2048,1x32768x4096"
+
+
+def timed_with_kernel(timer, fn, kernel):
+    """timer(fn) with HOPATTN_KV_KERNEL set to `kernel` (None: unset); the library reads it per call."""
+    saved = os.environ.pop("HOPATTN_KV_KERNEL", None)
+    if kernel is not None:
+        os.environ["HOPATTN_KV_KERNEL"] = kernel
+    try:
+        return fn(), timer(fn)
+    finally:
+        os.environ.pop("HOPATTN_KV_KERNEL", None)
+        if saved is not None:
+            os.environ["HOPATTN_KV_KERNEL"] = saved
 
 
 def visible_pairs(batch, heads, seqlen_q, cache_len, causal):
@@ -47,8 +62,9 @@ def main(argv=None):
     hq, hk, d, page = args.heads, args.heads_kv, args.hdim, args.page_size
     gen = torch.Generator(device="cuda").manual_seed(0)
     print(f"timer: {timer_name}; TFLOP/s from the (query, key) pairs each row sees")
-    print("| batch | cache | seqlen_q | causal | KV call, contiguous | KV call, paged | hopattn.attention | check |")
-    print("|---:|---:|---:|---|---:|---:|---:|---|")
+    print("| batch | cache | seqlen_q | causal | KV call, contiguous | KV call, contiguous, decode kernel "
+          "| KV call, paged | hopattn.attention | check |")
+    print("|---:|---:|---:|---|---:|---:|---:|---:|---|")
     for shape in args.shapes.split(","):
         b, cache_len, sq = (int(x) for x in shape.split("x"))
         q = torch.randn(b, sq, hq, d, device="cuda", dtype=dt, generator=gen)
@@ -62,15 +78,16 @@ def main(argv=None):
         vp = torch.empty_like(kp)
         vp[perm] = vc.view(-1, page, hk, d)
         for causal in (False, True):
-            fns = {
-                "contig": lambda: hopattn.attention_with_kvcache(q, kc, vc, seqlens, causal=causal),
-                "paged": lambda: hopattn.attention_with_kvcache(q, kp, vp, seqlens, page_table=page_table, causal=causal),
-                "dense": lambda: hopattn.attention(q, kc, vc, causal=causal),
-            }
-            ref = fns["dense"]().float()
-            worst = max((fns[n]().float() - ref).abs().max().item() for n in ("contig", "paged"))
+            contig = lambda: hopattn.attention_with_kvcache(q, kc, vc, seqlens, causal=causal)  # noqa: E731
+            paged = lambda: hopattn.attention_with_kvcache(  # noqa: E731
+                q, kp, vp, seqlens, page_table=page_table, causal=causal)
+            dense = lambda: hopattn.attention(q, kc, vc, causal=causal)  # noqa: E731
+            runs = [timed_with_kernel(timer, contig, None), timed_with_kernel(timer, contig, "decode"),
+                    timed_with_kernel(timer, paged, None), timed_with_kernel(timer, dense, None)]
+            ref = runs[-1][0].float()
+            worst = max((out.float() - ref).abs().max().item() for out, _ in runs[:-1])
             flops = 4 * d * visible_pairs(b, hq, sq, cache_len, causal)
-            cells = [f"{flops / timer(fn) / 1e9:.0f}" for fn in fns.values()]
+            cells = [f"{flops / ms / 1e9:.0f}" for _, ms in runs]
             check = ("ok " if worst < 2e-2 else "BAD ") + f"{worst:.1e}"
             print(f"| {b} | {cache_len} | {sq} | {'yes' if causal else 'no'} | " + " | ".join(cells) + f" | {check} |")
         del q, kc, vc, kp, vp

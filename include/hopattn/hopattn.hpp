@@ -162,10 +162,10 @@ struct VarlenForwardArgs {
 };
 
 // The Hopper varlen forward pass (device memory, the index tensors too), enqueued on `stream`.
-// Same kernel as forward(): one launch for the whole batch. The kernel reads up to one key tile
-// past each sequence's keys (the next sequence's rows, or the tensor's padding after
-// cu_seqlens_k[batch]); those values are masked out of the scores, but V's must be finite
-// (0 * inf is NaN in the P V product), as with FlashAttention-3.
+// Same kernel as forward(): one launch for the whole batch. A sequence's last key tile ends at its
+// last (used) key, so rows past it are not read, except for sequences shorter than one key tile
+// (80-176 keys): their tile reads on into the next rows, masked out of the scores; V's must be
+// finite there (0 * inf is NaN in P V), as with FlashAttention-3 (which reads past every sequence).
 Result forward_varlen(const VarlenForwardArgs& args, cudaStream_t stream = nullptr);
 
 // Gradients of a forward_varlen call: the same index tensors and options, plus dout like out and
@@ -365,13 +365,13 @@ struct KvCacheArgs {
 };
 
 // Bytes of device workspace attention_with_kvcache needs for `args` on the current device: the
-// splits' partial outputs and log-sum-exps (fp32), 0 when one split suffices. 0 for invalid args.
+// splits' partial outputs and lse (fp32), or the prefill route's key counts; else 0 (and if invalid).
 std::size_t attention_with_kvcache_workspace_size(const KvCacheArgs& args);
 
-// The decoding kernels (device memory, cache_seqlens and page_table too), enqueued on `stream`:
-// the append (if k_new/v_new), the split-KV attention and, with more than one split, the merge.
-// `workspace`: attention_with_kvcache_workspace_size(args) bytes, 256-byte aligned (may be null
-// when that is 0). Asynchronous unless check_index_values.
+// The KV-cache kernels (device memory, cache_seqlens and page_table too), enqueued on `stream`: the
+// append (if k_new/v_new), then split-KV decoding (attention, merge), or for chunked prefill (32+
+// query rows, contiguous cache: src/api/kvcache_route.hpp) the forward kernel. `workspace`:
+// attention_with_kvcache_workspace_size(args) bytes, 256-byte aligned (null if 0). Async unless checks.
 Result attention_with_kvcache(const KvCacheArgs& args, void* workspace, std::size_t workspace_bytes,
                               cudaStream_t stream = nullptr);
 

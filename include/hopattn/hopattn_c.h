@@ -158,9 +158,10 @@ size_t hopattn_backward_varlen_workspace_size(const hopattn_varlen_bwd_args* arg
 int hopattn_backward_varlen(const hopattn_varlen_bwd_args* args, void* workspace, size_t workspace_bytes,
                             void* stream);
 
-/* KV-cache decoding (see hopattn.hpp: KvCacheArgs). q/out (batch, seqlen_q, heads_q, head_dim);
- * k_cache/v_cache (batch, max_seqlen_k, heads_kv, head_dim), or with page_table (num_pages,
- * page_size, heads_kv, head_dim); cache_seqlens int32 (batch); page_table int32 (batch, max_pages);
+/* KV-cache attention, decoding and chunked prefill (see hopattn.hpp: KvCacheArgs). q/out
+ * (batch, seqlen_q, heads_q, head_dim); k_cache/v_cache (batch, max_seqlen_k, heads_kv, head_dim),
+ * or with page_table (num_pages, page_size, heads_kv, head_dim); cache_seqlens int32 (batch);
+ * page_table int32 (batch, max_pages);
  * k_new/v_new (batch, seqlen_new, heads_kv, head_dim), appended to the cache IN PLACE; lse fp32
  * (batch, heads_q, seqlen_q). Optional tensors (page_table, k_new, v_new, lse): data NULL and
  * ndim 0. On the GPU every tensor is device memory; workspace: device memory of

@@ -350,13 +350,15 @@ def _run_torch(torch, q, k_cache, v_cache, cache_seqlens, k, v, page_table, caus
 def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, k=None, v=None, page_table=None, causal=False,
                            softmax_scale=None, num_splits=0, return_lse=False, check_index_values=False,
                            window_size=NO_WINDOW, softcap=0.0):
-    """Decoding attention of a few new query tokens per sequence against a key/value cache
-    (FlashAttention-3's flash_attn_with_kvcache). Forward only.
+    """Attention of new query tokens against a key/value cache: decoding (a few tokens per
+    sequence) and chunked prefill (many) (FlashAttention-3's flash_attn_with_kvcache). Forward only.
 
-    Speed: built for decoding. With many query tokens per sequence (chunked prefill, 128 and up) it
-    runs 3.6-4.6x slower than hopattn.attention on the same keys (H200); where the cached lengths
-    allow it, hopattn.attention / varlen_attention on the cache's rows is the faster call for now
-    (docs/design-kvcache-prefill.md).
+    Kernels: split-KV decoding for few query tokens; from 32 query tokens per sequence on a
+    contiguous cache, the forward (FlashAttention-3) kernel, as fast as hopattn.attention on the
+    same keys and 3.4-3.9x faster than the decode kernel from 128 tokens up (H200). A paged cache, or
+    num_splits > 1, keeps the decode kernel, which chunked prefill runs 3.6-4.6x slower
+    (docs/design-kvcache-prefill.md). Neither kernel reads cache rows past a sequence's keys, so
+    unused cache slots may hold anything, NaN included.
 
     q: (batch, seqlen_q, heads_q, head_dim). k_cache, v_cache: (batch, max_seqlen_k, heads_kv,
     head_dim), or with page_table (num_pages, page_size, heads_kv, head_dim), any page_size; heads_q

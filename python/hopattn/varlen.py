@@ -367,8 +367,10 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
       check_index_values=True, which copies the index tensors to the host (a sync) and checks their
       values (start at 0, non-decreasing, within the token counts and max_seqlen, seqused in range)
       as the CPU reference always does; HOPATTN_DEBUG_CHECKS=1 turns it on for every call. Without
-      it, wrong index values give wrong rows, not out-of-bounds writes. V's rows must be finite
-      everywhere (the kernel reads one key tile past a sequence and masks its scores, as FA3 does).
+      it, wrong index values give wrong rows, not out-of-bounds writes. V's rows just past a
+      sequence shorter than one key tile (80-176 keys) must be finite: its tile reads on into them
+      and masks their scores (FA3 does so past every sequence); longer ones' last tile ends at their
+      last key.
     * numpy arrays (float32/float16/ml_dtypes bfloat16; int32 index arrays): the CPU reference.
 
     Returns out (total_q, heads_q, head_dim), contiguous, q's dtype; with return_lse=True

@@ -4,12 +4,15 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "api/device.hpp"
 #include "api/index_checks.hpp"
+#include "api/instantiations.hpp"
 #include "api/kvcache_problem.hpp"
+#include "api/kvcache_route.hpp"
 #include "api/messages.hpp"
 #include "reference/kvcache_reference.hpp"
 #include "sm90/decode/append.hpp"
@@ -83,12 +86,81 @@ Result check_plan(const KvCacheProblem& p, const dec::DecodePlan& plan) {
   return {};
 }
 
+KvKernel kv_kernel(const KvCacheProblem& p) { return choose_kv_kernel(p, std::getenv("HOPATTN_KV_KERNEL")); }
+
+// The forward route's workspace: the per-sequence key counts after an append (without one, the
+// kernel reads cache_seqlens itself).
+std::size_t key_counts_bytes(const KvCacheProblem& p) {
+  return p.seqlen_new > 0 ? (static_cast<std::size_t>(p.batch) * sizeof(int32_t) + 255) / 256 * 256 : 0;
+}
+
+// The cache as a fixed-length batch of `capacity` keys per sequence, of which the first
+// key_counts[b] take part (seqused_k): the forward kernel's varlen instantiation keeps the batched
+// views and aligns causal and window bottom-right at each sequence's key count, the KV call's rule.
+AttnProblem forward_problem(const KvCacheProblem& p, const int32_t* key_counts) {
+  AttnProblem a;
+  a.batch = p.batch;
+  a.seqlen_q = p.seqlen_q;
+  a.seqlen_k = p.capacity;
+  a.heads_q = p.heads_q;
+  a.heads_kv = p.heads_kv;
+  a.head_dim = p.head_dim;
+  a.dtype = p.dtype;
+  a.causal = p.causal;
+  a.scale = p.scale;
+  a.window_left = p.window_left;
+  a.window_right = p.window_right;
+  a.softcap = p.softcap;
+  a.q = p.q;
+  a.k = p.k_cache;
+  a.v = p.v_cache;
+  a.out = p.out;
+  a.lse = p.lse;  // (batch, heads_q, seqlen_q) contiguous in both calls
+  for (int i = 0; i < 3; ++i) {
+    a.q_stride[i] = p.q_stride[i];
+    a.k_stride[i] = p.k_stride[i];
+    a.v_stride[i] = p.v_stride[i];
+    a.o_stride[i] = p.o_stride[i];
+  }
+  a.seqused_k = key_counts;
+  return a;
+}
+
+Result run_forward_route(const KvCacheProblem& p, void* workspace, cudaStream_t stream) {
+  const int32_t* key_counts = p.cache_seqlens;
+  if (p.seqlen_new > 0) {
+    auto* counts = static_cast<int32_t*>(workspace);
+    if (const cudaError_t e = dec::launch_key_counts(p, counts, stream); e != cudaSuccess)
+      return cuda_error("KV key-count launch", e);
+    key_counts = counts;
+  }
+  const FwdKernelEntry* kernel = find_forward_kernel(p.dtype, static_cast<int>(p.head_dim));
+  if (kernel == nullptr)
+    return Result{Status::kUnsupported, cat("no forward kernel was built for head_dim ", p.head_dim)};
+  const cudaError_t e = kernel->launch(forward_problem(p, key_counts), stream);
+  return e == cudaSuccess ? Result{} : cuda_error("sm90 forward launch (KV cache, chunked prefill)", e);
+}
+
+std::size_t workspace_bytes_for(const KvCacheProblem& p) {
+  return kv_kernel(p) == KvKernel::kForward ? key_counts_bytes(p) : dec::plan_decode(p, current_sm_count()).workspace;
+}
+
+Result check_workspace(void* workspace, std::size_t workspace_bytes, std::size_t need) {
+  if (workspace_bytes < need || (need > 0 && workspace == nullptr))
+    return Result{Status::kInvalidArgument,
+                  cat(workspace == nullptr ? "workspace is null" : cat("workspace_bytes=", workspace_bytes), " but ",
+                      need, " bytes are needed (attention_with_kvcache_workspace_size)")};
+  if (need > 0 && reinterpret_cast<uintptr_t>(workspace) % 256 != 0)
+    return Result{Status::kInvalidArgument, "workspace is not 256-byte aligned"};
+  return {};
+}
+
 }  // namespace
 
 std::size_t attention_with_kvcache_workspace_size(const KvCacheArgs& args) {
   KvCacheProblem p;
   if (!validate_kvcache(args, Backend::kSm90, &p).ok()) return 0;
-  return dec::plan_decode(p, current_sm_count()).workspace;
+  return workspace_bytes_for(p);
 }
 
 Result attention_with_kvcache(const KvCacheArgs& args, void* workspace, std::size_t workspace_bytes,
@@ -98,14 +170,17 @@ Result attention_with_kvcache(const KvCacheArgs& args, void* workspace, std::siz
   if (Result r = check_hopper_device(); !r.ok()) return r;
   if (p.batch > 0 && detail::check_index_values_requested(args.check_index_values))
     if (Result r = check_index_values_on_device(p, stream); !r.ok()) return r;
+
+  if (kv_kernel(p) == KvKernel::kForward) {  // chunked prefill: append, then the forward kernel
+    if (Result r = check_workspace(workspace, workspace_bytes, key_counts_bytes(p)); !r.ok()) return r;
+    if (p.seqlen_new > 0 && p.heads_kv > 0)
+      if (const cudaError_t e = dec::launch_append(p, stream); e != cudaSuccess) return cuda_error("KV append launch", e);
+    return run_forward_route(p, workspace, stream);
+  }
+
   const dec::DecodePlan plan = dec::plan_decode(p, current_sm_count());
   if (Result r = check_plan(p, plan); !r.ok()) return r;
-  if (workspace_bytes < plan.workspace || (plan.workspace > 0 && workspace == nullptr))
-    return Result{Status::kInvalidArgument,
-                  cat(workspace == nullptr ? "workspace is null" : cat("workspace_bytes=", workspace_bytes), " but ",
-                      plan.workspace, " bytes are needed (attention_with_kvcache_workspace_size)")};
-  if (plan.workspace > 0 && reinterpret_cast<uintptr_t>(workspace) % 256 != 0)
-    return Result{Status::kInvalidArgument, "workspace is not 256-byte aligned"};
+  if (Result r = check_workspace(workspace, workspace_bytes, plan.workspace); !r.ok()) return r;
 
   if (p.seqlen_new > 0 && p.batch > 0 && p.heads_kv > 0)
     if (const cudaError_t e = dec::launch_append(p, stream); e != cudaSuccess) return cuda_error("KV append launch", e);

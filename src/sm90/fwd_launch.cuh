@@ -23,7 +23,7 @@ namespace hopattn::sm90 {
 template <DType kDType, int kHeadDim>
 cudaError_t run_fwd_mma(const AttnProblem& pr, cudaStream_t stream) {
   using Cfg = FwdTileConfig<kHeadDim>;
-  if (pr.head_dim != kHeadDim || pr.dtype != kDType || pr.varlen()) return cudaErrorInvalidValue;
+  if (pr.head_dim != kHeadDim || pr.dtype != kDType || ws::per_sequence_keys(pr)) return cudaErrorInvalidValue;
   // Row and tile indices are 32-bit in the kernel (offsets are 64-bit); the + kBlockM headroom
   // keeps the causal limit arithmetic (row + seqlen_k - seqlen_q) from overflowing.
   constexpr int64_t kMaxSeqlen = INT_MAX / 2;
@@ -67,9 +67,9 @@ cudaError_t run_fwd_mma(const AttnProblem& pr, cudaStream_t stream) {
 template <DType kDType, int kHeadDim>
 cudaError_t run_fwd(const AttnProblem& pr, cudaStream_t stream) {
   if (pr.softcap > 0.f) return run_fwd_softcap<kDType, kHeadDim>(pr, stream);
-  // Packed (varlen) batches and sliding windows exist only in the warp-specialised kernel: no
-  // fallback (the mma kernel's mask is causal or nothing).
-  if (pr.varlen() || pr.window_left >= 0 || (pr.window_right >= 0 && !pr.causal))
+  // Packed (varlen) batches, per-sequence key counts and sliding windows exist only in the
+  // warp-specialised kernel: no fallback (the mma kernel's mask is causal or nothing).
+  if (ws::per_sequence_keys(pr) || pr.window_left >= 0 || (pr.window_right >= 0 && !pr.causal))
     return ws::run_fwd_ws<kDType, kHeadDim>(pr, stream);
   if (forward_kernel_family() == FwdKernelFamily::kWarpSpecialized) {
     const cudaError_t e = ws::run_fwd_ws<kDType, kHeadDim>(pr, stream);

@@ -21,6 +21,7 @@
 #include "../common/c_abi_util.hpp"
 #include "../common/test_util.hpp"
 #include "api/kvcache_problem.hpp"
+#include "api/kvcache_route.hpp"
 #include "hopattn/hopattn.hpp"
 #include "hopattn/hopattn_c.h"
 #include "sm90/decode/plan.hpp"
@@ -717,7 +718,85 @@ TEST(KvCacheApi, GpuEntryPointWithoutDevice) {
   EXPECT_EQ(r.status, Status::kUnsupportedDevice) << r.message;
 }
 
-// ---- (c) planning: splits, row tiles, workspace ---------------------------------------------------
+// ---- (c) planning: the kernel route, splits, row tiles, workspace ----------------------------------
+
+// Which kernel a call runs: the forward kernel for chunked prefill (>= kKvForwardMinSeqlenQ query
+// rows, a contiguous cache TMA can address), the decode kernel otherwise; the environment override.
+TEST(KvCacheRoute, ForwardKernelForChunkedPrefill) {
+  alignas(256) static uint8_t memory[256];
+  KvCacheProblem p;
+  p.batch = 4; p.seqlen_q = kKvForwardMinSeqlenQ; p.heads_q = 32; p.heads_kv = 8; p.head_dim = 128;
+  p.capacity = 8192;
+  p.q = p.out = p.k_cache = p.v_cache = memory;
+  const int64_t q_strides[3] = {p.seqlen_q * 32 * 128, 32 * 128, 128};
+  const int64_t kv_strides[3] = {8192 * 8 * 128, 8 * 128, 128};
+  std::copy_n(q_strides, 3, p.q_stride);
+  std::copy_n(q_strides, 3, p.o_stride);
+  std::copy_n(kv_strides, 3, p.k_stride);
+  std::copy_n(kv_strides, 3, p.v_stride);
+  EXPECT_EQ(choose_kv_kernel(p, nullptr), KvKernel::kForward);
+  EXPECT_EQ(choose_kv_kernel(p, "decode"), KvKernel::kDecode);
+  EXPECT_EQ(choose_kv_kernel(p, "other"), KvKernel::kForward);  // unknown values: the automatic choice
+
+  KvCacheProblem few = p;  // decoding: few query rows
+  few.seqlen_q = kKvForwardMinSeqlenQ - 1;
+  EXPECT_EQ(choose_kv_kernel(few, nullptr), KvKernel::kDecode);
+  EXPECT_EQ(choose_kv_kernel(few, "forward"), KvKernel::kForward);
+  few.seqlen_q = 1;
+  EXPECT_EQ(choose_kv_kernel(few, "forward"), KvKernel::kForward);
+
+  // What keeps the decode kernel even when forced: a paged cache, a split request, no queries, a
+  // layout TMA cannot address (each pointer and stride), indices past the 32-bit range.
+  std::vector<std::pair<const char*, KvCacheProblem>> decode_only;
+  auto add = [&](const char* what, auto&& change) {
+    KvCacheProblem x = p;
+    change(x);
+    decode_only.emplace_back(what, x);
+  };
+  add("paged", [](KvCacheProblem& x) { x.paged = true; });
+  add("num_splits 2", [](KvCacheProblem& x) { x.num_splits = 2; });
+  add("no queries", [](KvCacheProblem& x) { x.batch = 0; });
+  add("q 8-byte aligned", [](KvCacheProblem& x) { x.q = memory + 8; });
+  add("out 8-byte aligned", [](KvCacheProblem& x) { x.out = memory + 8; });
+  add("k_cache 8-byte aligned", [](KvCacheProblem& x) { x.k_cache = memory + 8; });
+  add("v_cache 8-byte aligned", [](KvCacheProblem& x) { x.v_cache = memory + 8; });
+  for (int i = 0; i < 3; ++i) {
+    add("q stride", [i](KvCacheProblem& x) { x.q_stride[i] += 4; });
+    add("out stride", [i](KvCacheProblem& x) { x.o_stride[i] += 4; });
+    add("k_cache stride", [i](KvCacheProblem& x) { x.k_stride[i] += 4; });
+    add("v_cache stride", [i](KvCacheProblem& x) { x.v_stride[i] += 4; });
+  }
+  add("capacity 2^30", [](KvCacheProblem& x) { x.capacity = int64_t{1} << 30; });
+  add("seqlen_q 2^30", [](KvCacheProblem& x) { x.seqlen_q = int64_t{1} << 30; });
+  add("tiles past 2^29", [](KvCacheProblem& x) { x.batch = 1 << 20; x.seqlen_q = 1 << 12; });
+  for (const auto& [what, x] : decode_only) {
+    EXPECT_EQ(choose_kv_kernel(x, nullptr), KvKernel::kDecode) << what;
+    EXPECT_EQ(choose_kv_kernel(x, "forward"), KvKernel::kDecode) << what;
+  }
+  KvCacheProblem one_split = p;  // one split asked: no split either way
+  one_split.num_splits = 1;
+  EXPECT_EQ(choose_kv_kernel(one_split, nullptr), KvKernel::kForward);
+}
+
+// The workspace follows the route: the forward kernel needs the key counts after an append only.
+TEST(KvCacheRoute, WorkspaceFollowsTheRoute) {
+  ValidArgs v;
+  v.make_contiguous();
+  const auto head_dim_64 = [](const TensorRef& t, int64_t rows) {
+    return make_tensor(g_fake_memory, DType::kBF16, t.sizes[0], rows, t.sizes[2], 64);
+  };
+  v.a.q = v.a.out = head_dim_64(v.a.q, kKvForwardMinSeqlenQ);
+  v.a.k_cache = v.a.v_cache = head_dim_64(v.a.k_cache, 24);
+  v.a.k_new = v.a.v_new = head_dim_64(v.a.k_new, 2);
+  v.a.lse = TensorRef{};
+  KvCacheProblem p;
+  ASSERT_TRUE(validate_kvcache(v.a, Backend::kSm90, &p).ok());
+  ASSERT_EQ(choose_kv_kernel(p, nullptr), KvKernel::kForward);
+  ASSERT_GT(p.seqlen_new, 0);
+  EXPECT_EQ(attention_with_kvcache_workspace_size(v.a), 256u);  // batch int32 counts, 256-byte rounded
+  v.a.k_new = v.a.v_new = TensorRef{};
+  EXPECT_EQ(attention_with_kvcache_workspace_size(v.a), 0u);  // the kernel reads cache_seqlens itself
+}
 
 TEST(KvCachePlan, BlocksPerSm) {
   using sm90::decode::blocks_per_sm;

@@ -24,6 +24,8 @@
 #include <vector>
 
 #include "../common/test_util.hpp"
+#include "api/kvcache_problem.hpp"
+#include "api/kvcache_route.hpp"
 #include "hopattn/hopattn.hpp"
 
 namespace hopattn::test {
@@ -77,6 +79,7 @@ struct DecCase {
   int64_t extra_pages = 5;       // pages no sequence uses: must stay untouched
   int64_t min_block_stride = 0;  // the cache's dim-0 stride at least this many elements (64-bit offsets)
   int64_t first_page = 0;        // paged: page ids start here; pages below are never touched
+  bool nan_tail = false;         // cache rows past each sequence's len_k hold NaN (never to be read)
 };
 
 // The cache is `blocks` blocks (sequence slabs or pages) of block_rows token rows; only the
@@ -133,6 +136,15 @@ void setup(DecRun& x, const DecCase& c) {
   x.q_host = random_elements(static_cast<size_t>(b * sq * hq * d), seed + 3, c.dtype, -3.f, 3.f);
   x.k_new_host = random_elements(static_cast<size_t>(b * c.seqlen_new * hkv * d), seed + 4, c.dtype, -1.f, 1.f);
   x.v_new_host = random_elements(static_cast<size_t>(b * c.seqlen_new * hkv * d), seed + 5, c.dtype, -1.f, 1.f);
+  if (c.nan_tail) {  // unused slots as a serving engine may leave them; 0 * NaN = NaN if read
+    const uint16_t nan = c.dtype == DType::kBF16 ? 0x7FC0 : 0x7E00;
+    for (int64_t bi = 0; bi < b; ++bi)
+      for (int64_t pos = std::max<int64_t>(x.len_k(bi), 0); pos < c.capacity; ++pos)
+        for (int64_t h = 0; h < hkv; ++h) {
+          std::fill_n(&x.k_host[x.host_index(bi, h, pos)], d, nan);
+          std::fill_n(&x.v_host[x.host_index(bi, h, pos)], d, nan);
+        }
+  }
 
   const size_t cache_bytes = x.blocks == 0 ? 0 : static_cast<size_t>(((x.blocks - 1) * x.block_stride + x.block_elems()) * 2);
   x.k_cache = DeviceBuffer(cache_bytes);
@@ -400,6 +412,96 @@ TEST_P(KvCacheVsReference, MatchesGatheredFp64Reference) {
 INSTANTIATE_TEST_SUITE_P(Sm90, KvCacheVsReference, ::testing::ValuesIn(grid_cases()),
                          [](const ::testing::TestParamInfo<GridCase>& info) { return grid_name(info.param); });
 
+// ---- chunked prefill: the forward-kernel route ----------------------------------------------------
+
+// Sets HOPATTN_KV_KERNEL for one scope (null: unset), restoring the previous value.
+struct KvKernelOverride {
+  std::string saved;
+  bool had;
+  explicit KvKernelOverride(const char* value) {
+    const char* old = std::getenv("HOPATTN_KV_KERNEL");
+    had = old != nullptr;
+    if (had) saved = old;
+    if (value) setenv("HOPATTN_KV_KERNEL", value, 1);
+    else unsetenv("HOPATTN_KV_KERNEL");
+  }
+  ~KvKernelOverride() {
+    if (had) setenv("HOPATTN_KV_KERNEL", saved.c_str(), 1);
+    else unsetenv("HOPATTN_KV_KERNEL");
+  }
+};
+
+// The kernel the library will run for x's call (the same host function it uses).
+KvKernel route_of(const DecRun& x) {
+  KvCacheProblem p;
+  const Result r = validate_kvcache(x.args, Backend::kSm90, &p);
+  EXPECT_TRUE(r.ok()) << r.message;
+  return choose_kv_kernel(p, std::getenv("HOPATTN_KV_KERNEL"));
+}
+
+// Sets up and checks one case on the expected route.
+void run_on_route(const DecCase& c, KvKernel expected) {
+  SCOPED_TRACE(c.name);
+  DecRun x;
+  setup(x, c);
+  if (::testing::Test::HasFatalFailure()) return;
+  ASSERT_EQ(route_of(x), expected) << c.name;
+  Problems p{c.name};
+  const Outputs o = run(x, c.num_splits);
+  check_cache(x, p);
+  check_outputs(x, o, p);
+}
+
+struct PrefillCase {
+  DType dtype;
+  int head_dim;
+  int64_t group, seqlen_q;
+  bool causal, append;
+};
+
+std::string prefill_name(const PrefillCase& g) {
+  return std::string(dtype_name(g.dtype)) + "_d" + std::to_string(g.head_dim) + "_g" + std::to_string(g.group) + "_q" +
+         std::to_string(g.seqlen_q) + (g.causal ? "_causal" : "_full") + (g.append ? "_append" : "");
+}
+
+std::vector<PrefillCase> prefill_cases() {
+  std::vector<PrefillCase> v;
+  for (DType t : {DType::kBF16, DType::kFP16})
+    for (int d : {64, 128, 256})
+      for (int64_t group : {1, 4, 8})
+        for (int64_t sq : {kKvForwardMinSeqlenQ, int64_t{300}})
+          for (bool causal : {false, true})
+            for (bool append : {false, true}) v.push_back({t, d, group, sq, causal, append});
+  return v;
+}
+
+class KvCachePrefillVsReference : public ::testing::TestWithParam<PrefillCase> {};
+
+// Chunked prefill (seqlen_q >= kKvForwardMinSeqlenQ) on a contiguous cache runs the forward kernel.
+// Capacity 768; key counts 0, 1 (causal: rows before the keys see none), 300, a full cache, 40
+// (under one key tile) and 129 (one past a 128-key tile), 3 of them appended with `append`. Every
+// cache row past a sequence's keys is NaN: a kernel that multiplies one (with P = 0) writes NaN.
+TEST_P(KvCachePrefillVsReference, MatchesGatheredFp64Reference) {
+  if (!has_sm90()) GTEST_SKIP() << "no sm_90 device";
+  const KvKernelOverride automatic{nullptr};
+  const PrefillCase g = GetParam();
+  DecCase c;
+  c.name = "prefill_" + prefill_name(g);
+  c.dtype = g.dtype;
+  c.head_dim = g.head_dim;
+  c.heads_kv = 2;
+  c.heads_q = 2 * g.group;
+  c.seqlen_q = g.seqlen_q;
+  c.causal = g.causal;
+  c.seqlen_new = g.append ? 3 : 0;
+  c.cached = g.append ? std::vector<int>{0, 1, 297, 765, 37, 126} : std::vector<int>{0, 1, 300, 768, 40, 129};
+  c.nan_tail = true;
+  run_on_route(c, KvKernel::kForward);
+}
+
+INSTANTIATE_TEST_SUITE_P(Sm90, KvCachePrefillVsReference, ::testing::ValuesIn(prefill_cases()),
+                         [](const ::testing::TestParamInfo<PrefillCase>& info) { return prefill_name(info.param); });
+
 // ---- sliding windows ------------------------------------------------------------------------------
 
 struct WindowCase {
@@ -539,6 +641,40 @@ TEST(Sm90KvCache, Softcap) {
       const Outputs plain = run(x, v.splits);
       EXPECT_FALSE(plain.out == capped.out) << v.name << ": softcap did not change the output";
     }
+  }
+}
+
+// The route's options: windows (each side, both, causal with a left bound), softcap, no lse, a long
+// cache with a long chunk; the forced forward kernel at a decode's few rows; and the cases that
+// keep the decode kernel at many rows (a paged cache, a split request, the forced decode kernel),
+// all on NaN tails.
+TEST(Sm90KvCache, ChunkedPrefillOptionsAndRoutes) {
+  if (!has_sm90()) GTEST_SKIP() << "no sm_90 device";
+  struct Variant {
+    const char* forced; KvKernel route; int64_t seqlen_new; OptionVariant v;
+  };
+  const std::vector<int> cached = {700, 0, 65, 766, 129};
+  const KvKernel fwd = KvKernel::kForward, dec = KvKernel::kDecode;
+  const Variant variants[] = {
+      {nullptr, fwd, 2, {"left100_causal", DType::kBF16, 128, 0, 8, 2, 128, true, {100, -1}, 768, cached, 0, 0, true, 0.f}},
+      {nullptr, fwd, 2, {"right3", DType::kFP16, 64, 0, 8, 2, 100, false, {-1, 3}, 768, cached, 0, 0, true, 0.f}},
+      {nullptr, fwd, 0, {"both40_7", DType::kBF16, 256, 0, 4, 1, 77, false, {40, 7}, 768, cached, 0, 0, true, 0.f}},
+      {nullptr, fwd, 2, {"softcap2_causal", DType::kBF16, 64, 0, 8, 8, 200, true, {}, 768, cached, 0, 0, true, 2.f}},
+      {nullptr, fwd, 0, {"softcap30_left50", DType::kFP16, 128, 0, 8, 2, 64, true, {50, -1}, 768, cached, 0, 0, true, 30.f}},
+      {nullptr, fwd, 2, {"no_lse_strided_rows", DType::kFP16, 128, 0, 8, 2, 96, true, {}, 768, cached, 0, 8, false, 0.f}},
+      {nullptr, fwd, 100, {"long_chunk", DType::kBF16, 128, 0, 32, 8, 1000, true, {}, 8192, {7000, 3000}, 0, 0, true, 0.f}},
+      {"forward", fwd, 2, {"forced_forward_q1", DType::kBF16, 128, 0, 8, 2, 1, false, {}, 768, cached, 0, 0, true, 0.f}},
+      {"forward", fwd, 0, {"forced_forward_q17", DType::kFP16, 256, 0, 16, 2, 17, true, {}, 768, cached, 0, 0, true, 0.f}},
+      {nullptr, dec, 2, {"paged64", DType::kBF16, 128, 64, 8, 2, 128, true, {}, 768, cached, 0, 0, true, 0.f}},
+      {nullptr, dec, 0, {"split_request", DType::kBF16, 64, 0, 8, 2, 128, false, {}, 768, cached, 3, 0, true, 0.f}},
+      {"decode", dec, 2, {"forced_decode", DType::kFP16, 128, 0, 8, 2, 300, true, {}, 768, cached, 0, 0, true, 0.f}},
+  };
+  for (const Variant& v : variants) {
+    const KvKernelOverride env{v.forced};
+    DecCase c = option_case(v.v, "prefill_");
+    c.seqlen_new = v.seqlen_new;
+    c.nan_tail = true;
+    run_on_route(c, v.route);
   }
 }
 

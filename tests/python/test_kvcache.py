@@ -450,6 +450,26 @@ def rel_l2(got, want):
     return float(np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30))
 
 
+def check_call_against_float64(problem, causal):
+    """One attention_with_kvcache call (with lse) against expected(): out, lse, and the cache after
+    the append bit for bit (NaN equal to NaN: unused rows untouched). Returns (out, lse)."""
+    q, k_cache, v_cache, seqlens, page_table, k, v = problem
+    want_out, want_lse, want_k, want_v = expected(*(to_numpy64(t) for t in (q, k_cache, v_cache)), seqlens.cpu().numpy(),
+                                                  None if page_table is None else page_table.cpu().numpy(),
+                                                  to_numpy64(k), to_numpy64(v), causal)
+    out, lse = hopattn.attention_with_kvcache(q, k_cache, v_cache, seqlens, k=k, v=v, page_table=page_table,
+                                              causal=causal, return_lse=True)
+    torch.cuda.synchronize()
+    assert rel_l2(to_numpy64(out), want_out) < (1e-2 if q.dtype == torch.bfloat16 else 3e-3)
+    got_lse = lse.cpu().numpy()
+    np.testing.assert_array_equal(np.isinf(got_lse), np.isinf(want_lse))
+    finite = np.isfinite(want_lse)
+    np.testing.assert_allclose(got_lse[finite], want_lse[finite], rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(to_numpy64(k_cache), want_k)  # the appended rows, all else untouched
+    np.testing.assert_array_equal(to_numpy64(v_cache), want_v)
+    return out, lse
+
+
 @needs_gpu
 @pytest.mark.parametrize("dtype_name", ["bf16", "fp16"])
 @pytest.mark.parametrize("page", [0, 16, 64, 256])
@@ -457,21 +477,32 @@ def rel_l2(got, want):
 def test_gpu_against_float64(lib, dtype_name, page, sq, causal):
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype_name]
     lens = [0, 1, 300, 509, 77]
-    q, k_cache, v_cache, seqlens, page_table, k, v = gpu_problem(lens, sq, 16, 4, 128, 512, page, 3, dtype)
-    want_out, want_lse, want_k, want_v = expected(*(to_numpy64(t) for t in (q, k_cache, v_cache)), seqlens.cpu().numpy(),
-                                                  None if page_table is None else page_table.cpu().numpy(),
-                                                  to_numpy64(k), to_numpy64(v), causal)
-    out, lse = hopattn.attention_with_kvcache(q, k_cache, v_cache, seqlens, k=k, v=v, page_table=page_table,
-                                              causal=causal, return_lse=True)
-    torch.cuda.synchronize()
-    assert out.dtype == dtype and out.shape == q.shape and lse.shape == (5, 16, sq)
-    assert rel_l2(to_numpy64(out), want_out) < (1e-2 if dtype == torch.bfloat16 else 3e-3)
-    got_lse = lse.cpu().numpy()
-    np.testing.assert_array_equal(np.isinf(got_lse), np.isinf(want_lse))
-    finite = np.isfinite(want_lse)
-    np.testing.assert_allclose(got_lse[finite], want_lse[finite], rtol=1e-4, atol=1e-4)
-    np.testing.assert_array_equal(to_numpy64(k_cache), want_k)  # the appended rows, all else untouched
-    np.testing.assert_array_equal(to_numpy64(v_cache), want_v)
+    problem = gpu_problem(lens, sq, 16, 4, 128, 512, page, 3, dtype)
+    out, lse = check_call_against_float64(problem, causal)
+    assert out.dtype == dtype and out.shape == problem[0].shape and lse.shape == (5, 16, sq)
+
+
+@needs_gpu
+@pytest.mark.parametrize("page", [0, 64])
+@pytest.mark.parametrize("sq, causal", [(32, False), (200, True)])
+def test_gpu_chunked_prefill_against_float64(lib, page, sq, causal):
+    # Many query rows: a contiguous cache runs the forward kernel (kvcache_route.hpp), a paged one the
+    # decode kernel. Cache rows past each sequence's keys are NaN; reading one would poison the output.
+    lens = [0, 1, 300, 509, 77, 129]
+    q, k_cache, v_cache, seqlens, page_table, k, v = gpu_problem(lens, sq, 16, 4, 128, 512, page, 3, torch.bfloat16,
+                                                                 seed=5)
+    pos = torch.arange(512, device="cuda")
+    for b, n in enumerate(lens):
+        tail = pos[n + 3:]
+        if page_table is None:
+            k_cache[b, tail] = float("nan")
+            v_cache[b, tail] = float("nan")
+        else:
+            pages, rows = page_table[b, tail // page].long(), tail % page
+            k_cache[pages, rows] = float("nan")
+            v_cache[pages, rows] = float("nan")
+    out, _ = check_call_against_float64((q, k_cache, v_cache, seqlens, page_table, k, v), causal)
+    assert torch.isfinite(out).all()
 
 
 @needs_gpu

@@ -38,7 +38,21 @@ __global__ void __launch_bounds__(kAppendThreads) append_kernel(const __grid_con
   }
 }
 
+__global__ void key_counts_kernel(const int32_t* __restrict__ cache_seqlens, int64_t seqlen_new, int64_t capacity,
+                                  int64_t batch, int32_t* __restrict__ key_counts) {
+  const int64_t b = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (b < batch) key_counts[b] = static_cast<int32_t>(min(max(int64_t{__ldg(cache_seqlens + b)}, int64_t{0}) + seqlen_new, capacity));
+}
+
 }  // namespace
+
+cudaError_t launch_key_counts(const KvCacheProblem& p, int32_t* key_counts, cudaStream_t stream) {
+  if (p.batch == 0) return cudaSuccess;
+  const auto blocks = static_cast<unsigned>((p.batch + kAppendThreads - 1) / kAppendThreads);
+  key_counts_kernel<<<blocks, kAppendThreads, 0, stream>>>(p.cache_seqlens, p.seqlen_new, p.capacity, p.batch,
+                                                           key_counts);
+  return cudaGetLastError();
+}
 
 cudaError_t launch_append(const KvCacheProblem& p, cudaStream_t stream) {
   const int64_t chunks = 2 * p.batch * p.seqlen_new * p.heads_kv * (p.head_dim / 8);

@@ -13,4 +13,9 @@ namespace hopattn::sm90::decode {
 // page indices are clamped into the pool. Returns the launch's error code.
 cudaError_t launch_append(const KvCacheProblem& p, cudaStream_t stream);
 
+// Enqueues key_counts[b] = min(max(cache_seqlens[b], 0) + seqlen_new, capacity): the keys each
+// sequence attends to after the append (the forward kernel's seqused_k on the chunked-prefill
+// route, which reads no cache_seqlens itself). Returns the launch's error code.
+cudaError_t launch_key_counts(const KvCacheProblem& p, int32_t* key_counts, cudaStream_t stream);
+
 }  // namespace hopattn::sm90::decode

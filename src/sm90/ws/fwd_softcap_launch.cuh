@@ -16,8 +16,9 @@ template <DType kDType, int kHeadDim>
 cudaError_t run_fwd_softcap(const AttnProblem& pr, cudaStream_t stream) {
   if (pr.dtype != kDType || pr.head_dim != kHeadDim || !(pr.softcap > 0.f)) return cudaErrorInvalidValue;
   if (!ws::ws_indices_fit(pr)) return cudaErrorNotSupported;
-  return pr.varlen() ? ws::launch_fwd_ws<kDType, kHeadDim, true, ws::HOPATTN_WS_STAGE, 0, true, true, true>(pr, stream)
-                     : ws::launch_fwd_ws<kDType, kHeadDim, true, ws::HOPATTN_WS_STAGE, 0, false, true, true>(pr, stream);
+  return ws::per_sequence_keys(pr)
+             ? ws::launch_fwd_ws<kDType, kHeadDim, true, ws::HOPATTN_WS_STAGE, 0, true, true, true>(pr, stream)
+             : ws::launch_fwd_ws<kDType, kHeadDim, true, ws::HOPATTN_WS_STAGE, 0, false, true, true>(pr, stream);
 }
 
 }  // namespace hopattn::sm90

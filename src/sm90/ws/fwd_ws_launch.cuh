@@ -39,7 +39,7 @@ cudaError_t launch_ws_config(const Problem& prob, const AttnProblem& pr, cudaStr
   }
   if constexpr (Cfg::kVarlen) {  // VarlenTileScheduler counts the real tiles from cu_seqlens_q
     params.order.cu_q = pr.cu_seqlens_q;
-    params.order.rows_q = int(pr.total_q);
+    params.order.rows_q = int(pr.varlen() ? pr.total_q : pr.seqlen_q);
   }
 
   int grid = params.order.num_tiles();
@@ -62,6 +62,10 @@ cudaError_t launch_fwd_ws(const AttnProblem& pr, cudaStream_t stream) {
   return launch_ws_config<FwdWsConfig<kDType, kHeadDim, kCausal, kFlags, kBlockNOverride, kVarlen, kLocal, kSoftcap>>(
       pr, pr, stream);
 }
+
+// Per-sequence key counts run the varlen kernels: packed batches (cu_seqlens), or a fixed-length
+// batch with seqused_k (the KV-cache call's chunked prefill, batched views).
+inline bool per_sequence_keys(const AttnProblem& pr) { return pr.varlen() || pr.seqused_k != nullptr; }
 
 // A window other than causal's (a left bound, or a right one without causal): the local kernels.
 inline bool needs_local_kernel(const AttnProblem& pr) {
@@ -92,10 +96,11 @@ cudaError_t run_fwd_ws(const AttnProblem& pr, cudaStream_t stream) {
     if (pr.softcap != 0.f) return cudaErrorNotSupported;  // run_fwd_softcap (fwd_softcap_launch.cuh)
     // Windowed problems run the local kernels (run-time bounds), causal ones the causal kernels.
     if (needs_local_kernel(pr)) {
-      return pr.varlen() ? launch_fwd_ws<kDType, kHeadDim, true, kFlags, kBlockNOverride, true, true>(pr, stream)
-                         : launch_fwd_ws<kDType, kHeadDim, true, kFlags, kBlockNOverride, false, true>(pr, stream);
+      return per_sequence_keys(pr)
+                 ? launch_fwd_ws<kDType, kHeadDim, true, kFlags, kBlockNOverride, true, true>(pr, stream)
+                 : launch_fwd_ws<kDType, kHeadDim, true, kFlags, kBlockNOverride, false, true>(pr, stream);
     }
-    if (pr.varlen()) {  // one kernel per mask: lengths vary, so the default key tile for all
+    if (per_sequence_keys(pr)) {  // one kernel per mask: lengths vary, so the default key tile for all
       return pr.causal ? launch_fwd_ws<kDType, kHeadDim, true, kFlags, kBlockNOverride, true>(pr, stream)
                       : launch_fwd_ws<kDType, kHeadDim, false, kFlags, kBlockNOverride, true>(pr, stream);
     }

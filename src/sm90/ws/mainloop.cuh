@@ -205,9 +205,32 @@ struct FwdMainloop {
     int seqlen_q, seqlen_k;  // query rows and keys that take part: seqused, else the lengths
     int batch;               // batch coordinate of the TMA views (0 when packed)
     int offset_v;            // first key column of V's view: offset_k, or FP8's packed V^T start
+    int tail_block = -1;     // the key block loaded shifted to end at seqlen_k (FwdMask's kTailShift)
   };
+
+  // The 16-bit varlen kernels load the block holding a sequence's last key as the kBlockN keys
+  // ending there, so no row past seqused_k is ever read (see FwdMask). Packed tensors: only when
+  // the sequence has kBlockN keys (a shorter one's box would start in the previous sequence);
+  // batched views (cu_k null): always, as TMA zero-fills the negative rows of a short sequence.
+  static constexpr bool kTailShift = Cfg::kVarlen && !kFp8;
+  __device__ static void set_tail(const Params& p, SeqInfo& si) {
+    if constexpr (kTailShift) {
+      if (si.seqlen_k % kBlockN != 0 && (p.cu_k == nullptr || si.seqlen_k >= kBlockN))
+        si.tail_block = si.seqlen_k / kBlockN;
+    }
+  }
+
   __device__ static SeqInfo seq_info(const Params& p, int b) {
     if constexpr (!Cfg::kVarlen) return {0, 0, p.seqlen_q, p.seqlen_q, p.seqlen_k, b, 0};
+    // Fixed-length batches with per-sequence key counts (the KV-cache call, 16-bit only: cu_q and
+    // cu_k null, used_k its key counts): batched views, keys [0, used_k[b]) of capacity seqlen_k.
+    if constexpr (!kFp8) {
+      if (p.cu_q == nullptr) {
+        SeqInfo si{0, 0, p.seqlen_q, p.seqlen_q, min(max(__ldg(p.used_k + b), 0), p.seqlen_k), b, 0};
+        set_tail(p, si);
+        return si;
+      }
+    }
     // Clamped to the tensors' rows: wrong index values (unchecked on the GPU unless the caller
     // asks) give wrong rows, never an access outside q/k/v/out.
     const int oq = min(max(__ldg(p.cu_q + b), 0), p.rows_q);
@@ -221,7 +244,9 @@ struct FwdMainloop {
     const int uq = p.used_q == nullptr ? lq : min(max(__ldg(p.used_q + b), 0), lq);
     const int uk = p.used_k == nullptr ? lk : min(max(__ldg(p.used_k + b), 0), lk);
     const int ov = kFp8 ? int(fp8::vt_varlen_start(ok, b)) : ok;
-    return {oq, ok, lq, uq, uk, 0, ov};
+    SeqInfo si{oq, ok, lq, uq, uk, 0, ov};
+    set_tail(p, si);
+    return si;
   }
 
   template <class Problem>  // AttnProblem, or Fp8AttnProblem for the FP8 kernel
@@ -232,6 +257,8 @@ struct FwdMainloop {
     const int b = int(pr.batch);
     // Packed (varlen) tensors are one batch entry of total-token rows; tiles start at the
     // sequence's first row (SeqInfo) and may read into the next sequence, which the mask hides.
+    // A varlen kernel on a fixed-length problem (cu_seqlens_q null, seqused_k set) keeps the
+    // batched views.
     const bool packed = pr.varlen();
     const int rows_q = packed ? int(pr.total_q) : sq, rows_k = packed ? int(pr.total_k) : sk;
     const int bext = packed ? 1 : b;
@@ -299,17 +326,18 @@ struct FwdMainloop {
       else return domain_offset(make_coord(_0{}, offset), v);
     }
 
-    __device__ auto k_src() const {
+    // shift: rows the block is moved left by (the tail block, SeqInfo::tail_shift).
+    __device__ auto k_src(int shift) const {
       using namespace cute;
       Tensor mK = p.tma_k.get_tma_tensor(make_shape(p.rows_k, int(kHeadDim), p.heads_kv, p.batch_extent));
-      Tensor mKs = from_row<0>(mK(_, _, head / p.group, si.batch), si.offset_k);
+      Tensor mKs = from_row<0>(mK(_, _, head / p.group, si.batch), si.offset_k - shift);
       Tensor gK = local_tile(mKs, Shape<BN, HD>{}, make_coord(_, _0{}));
       return p.tma_k.get_slice(_0{}).partition_S(gK);  // (TMA, 1, 1, n_block)
     }
-    __device__ auto v_src() const {
+    __device__ auto v_src(int shift) const {
       using namespace cute;
       Tensor mV = p.tma_v.get_tma_tensor(make_shape(int(kHeadDim), p.rows_v, p.heads_kv, p.batch_extent));
-      Tensor mVs = from_row<1>(mV(_, _, head / p.group, si.batch), si.offset_v);
+      Tensor mVs = from_row<1>(mV(_, _, head / p.group, si.batch), si.offset_v - shift);
       Tensor gV = local_tile(mVs, Shape<HD, BN>{}, make_coord(_0{}, _));
       return p.tma_v.get_slice(_0{}).partition_S(gV);  // (TMA, 1, 1, n_block)
     }
@@ -330,7 +358,8 @@ struct FwdMainloop {
       Tensor sK = make_tensor(make_smem_ptr(ss.k.data()), SmemLayoutK{});
       Tensor tKsK = p.tma_k.get_slice(_0{}).partition_D(sK);
       pipe.producer_acquire(st);
-      copy(p.tma_k.with(*pipe.producer_get_barrier(st)), k_src()(_, _, _, n_block), tKsK(_, _, _, st.index()));
+      copy(p.tma_k.with(*pipe.producer_get_barrier(st)), k_src(load_shift(n_block))(_, _, _, n_block),
+           tKsK(_, _, _, st.index()));
     }
 
     __device__ void load_v(Pipeline& pipe, PipelineState st, int n_block) const {
@@ -338,18 +367,24 @@ struct FwdMainloop {
       Tensor sV = make_tensor(make_smem_ptr(ss.v.data()), SmemLayoutVt{});
       Tensor tVsV = p.tma_v.get_slice(_0{}).partition_D(sV);
       pipe.producer_acquire(st);
-      copy(p.tma_v.with(*pipe.producer_get_barrier(st)), v_src()(_, _, _, n_block), tVsV(_, _, _, st.index()));
+      copy(p.tma_v.with(*pipe.producer_get_barrier(st)), v_src(load_shift(n_block))(_, _, _, n_block),
+           tVsV(_, _, _, st.index()));
+    }
+
+    __device__ int load_shift(int n_block) const {
+      if constexpr (kTailShift) return n_block == si.tail_block ? (n_block + 1) * kBlockN - si.seqlen_k : 0;
+      return 0;
     }
   };
 
   // ---- consumers (all kNumMmaThreads threads) -----------------------------------------------------
 
-  using Mask = FwdMask<kBlockM, kBlockN, Cfg::kCausalMask, Cfg::kLocal>;
+  using Mask = FwdMask<kBlockM, kBlockN, Cfg::kCausalMask, Cfg::kLocal, kTailShift>;
   static constexpr int kRowsPerThread = 2;  // rows of a 64-row WGMMA accumulator held per thread
   using Softmax = std::conditional_t<kFp8, BlockScaledSoftmax<kRowsPerThread>, OnlineSoftmax<kRowsPerThread>>;
 
   __device__ static Mask make_mask(const Params& p, const SeqInfo& si) {
-    return Mask{si.seqlen_q, si.seqlen_k, p.window_left, p.window_right};
+    return Mask{si.seqlen_q, si.seqlen_k, p.window_left, p.window_right, si.tail_block};
   }
 
   // Key blocks [begin, end) a tile loads and multiplies (both roles compute them the same way);

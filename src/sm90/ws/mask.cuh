@@ -16,10 +16,16 @@ namespace hopattn::sm90::ws {
 // yields zeros and lse = -inf.
 // kLocal: the window's run-time bounds; without it a masked kernel is causal (right 0, no left
 // bound) with compile-time bounds.
-template <int kBlockM, int kBlockN, bool kMasked, bool kLocal = false>
+// kTailShift (the 16-bit varlen kernels): the block holding a sequence's last key, tail_block, is
+// loaded shifted left by shift = (tail_block + 1) * kBlockN - seqlen_k rows so that it ends at
+// seqlen_k: its column c is key tail_block * kBlockN - shift + c. Rows past seqlen_k are then never
+// read (unused KV-cache slots may hold NaN, and 0 * NaN = NaN in P V); its first `shift` columns,
+// which block tail_block - 1 already holds, are masked. tail_block = -1: no block is shifted.
+template <int kBlockM, int kBlockN, bool kMasked, bool kLocal = false, bool kTailShift = false>
 struct FwdMask {
   int seqlen_q, seqlen_k;
   int left, right;
+  int tail_block = -1;
 
   __device__ __forceinline__ int key_limit(int row) const {
     if constexpr (kMasked) {
@@ -70,24 +76,33 @@ struct FwdMask {
   // kernel always had; the choice is uniform per block.
   template <class Scores, class Coords>
   __device__ __forceinline__ void apply(Scores& s_rc, const Coords& c_rc, int m_block, int n_block) const {
-    if constexpr (kLocal) {
-      if (n_block * kBlockN < key_first((m_block + 1) * kBlockM - 1)) {
-        apply_rows<true>(s_rc, c_rc, m_block, n_block);
+    if constexpr (kTailShift) {
+      if (n_block == tail_block) {  // the shifted block: key base moved left, its first columns hidden
+        const int shift = (n_block + 1) * kBlockN - seqlen_k;
+        apply_rows<true>(s_rc, c_rc, m_block, seqlen_k - kBlockN, shift);
         return;
       }
     }
-    apply_rows<false>(s_rc, c_rc, m_block, n_block);
+    if constexpr (kLocal) {
+      if (n_block * kBlockN < key_first((m_block + 1) * kBlockM - 1)) {
+        apply_rows<true>(s_rc, c_rc, m_block, n_block * kBlockN, 0);
+        return;
+      }
+    }
+    apply_rows<false>(s_rc, c_rc, m_block, n_block * kBlockN, 0);
   }
 
  private:
+  // base: the key of column 0; columns below `lowest` are masked too (the shifted block's overlap).
   template <bool kLeftEdge, class Scores, class Coords>
-  __device__ __forceinline__ void apply_rows(Scores& s_rc, const Coords& c_rc, int m_block, int n_block) const {
+  __device__ __forceinline__ void apply_rows(Scores& s_rc, const Coords& c_rc, int m_block, int base,
+                                             int lowest) const {
     using namespace cute;
     CUTE_UNROLL
     for (int r = 0; r < size<0>(s_rc); ++r) {
       const int row = m_block * kBlockM + get<0>(c_rc(r, 0));
-      const int limit = key_limit(row) - n_block * kBlockN;  // first masked column right of the window
-      const int first = kLeftEdge ? key_first(row) - n_block * kBlockN : 0;  // first visible column
+      const int limit = key_limit(row) - base;  // first masked column right of the window
+      const int first = kLeftEdge ? max(key_first(row) - base, lowest) : 0;  // first visible column
       CUTE_UNROLL
       for (int c = 0; c < size<1>(s_rc); ++c) {
         const int col = get<1>(c_rc(r, c));

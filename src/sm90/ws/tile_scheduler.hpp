@@ -37,6 +37,7 @@ struct TileOrder {
   bool snake;  // persistent round-robin alternates direction (kBitSnake builds only)
   bool fold = false;  // causal, persistent: folded units (above); overrides snake
   // Varlen (VarlenTileScheduler): cu_seqlens_q and the packed rows; num_m_blocks is the max's.
+  // cu_q null (a fixed-length batch with per-sequence key counts): rows_q query rows per sequence.
   const int32_t* cu_q = nullptr;
   int rows_q = 0;
 
@@ -164,6 +165,7 @@ struct VarlenTileScheduler {
   // Query blocks of sequence b: its rows (clamped as FwdMainloop::seq_info clamps them) over kBlockM.
   __device__ int query_blocks(int b) const {
     if (b >= order.batch) return 0;
+    if (order.cu_q == nullptr) return (order.rows_q + kBlockM - 1) / kBlockM;  // batched: rows_q each
     const int oq = min(max(__ldg(order.cu_q + b), 0), order.rows_q);
     const int lq = min(max(__ldg(order.cu_q + b + 1) - oq, 0), order.rows_q - oq);
     return (lq + kBlockM - 1) / kBlockM;
