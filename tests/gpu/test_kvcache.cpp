@@ -7,7 +7,9 @@
 // checks (and the clamping without them); sliding windows (KvCacheWindowVsReference: each side
 // alone, both, causal with a left bound, the diagonal, wider than the cache, over contiguous and
 // paged caches, seqlen_q 1/4/17, with and without append, heuristic and forced splits; and
-// Sm90KvCache.SlidingWindowOptions over dtypes, head dims and GQA groups). out/lse are
+// Sm90KvCache.SlidingWindowOptions over dtypes, head dims and GQA groups); chunked prefill on the
+// forward kernel (KvCachePrefillVsReference, Sm90KvCache.ChunkedPrefillOptionsAndRoutes: the route
+// asserted through kvcache_route.hpp, NaN in every cache row past a sequence's keys). out/lse are
 // NaN-poisoned before every call; after it the cache must hold k_new/v_new at the appended rows and
 // be bitwise untouched everywhere else.
 #include <gtest/gtest.h>
@@ -865,15 +867,18 @@ TEST(Sm90KvCache, IndexValueChecksAndClamping) {
       {"page_out_of_range", 64, [](DecRun& x) { x.page_table[3] = 1 << 30; }, "page_table[0][3]=1073741824 is outside"},
       {"negative_page", 64, [](DecRun& x) { x.page_table[12] = -1; }, "page_table[1][0]=-1 is outside"},
   };
-  for (const Bad& bad : cases) {
-    SCOPED_TRACE(bad.name);
+  // seqlen_q 2 decodes; 2 * kKvForwardMinSeqlenQ takes the forward kernel on the contiguous cache,
+  // where the key counts are clamped to [0, capacity] by launch_key_counts and the kernel.
+  for (const Bad& bad : cases)
+  for (const int64_t sq : {int64_t{2}, 2 * kKvForwardMinSeqlenQ}) {
+    SCOPED_TRACE(std::string(bad.name) + " seqlen_q " + std::to_string(sq));
     DecCase c;
-    c.name = std::string("bad_") + bad.name;
+    c.name = std::string("bad_") + bad.name + "_q" + std::to_string(sq);
     c.page_size = bad.page;
     c.capacity = 768;
     c.cached = {700, 300, 5};
     c.seqlen_new = 2;
-    c.seqlen_q = 2;
+    c.seqlen_q = sq;
     DecRun x;
     setup(x, c);
     bad.corrupt(x);

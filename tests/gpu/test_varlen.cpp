@@ -2,7 +2,8 @@
 // each sequence separately: a batch-1 ForwardArgs view into the packed device tensors (rows from
 // cu_seqlens[b], the seqused lengths, the token stride as the seq stride). Over dtype x head dim x
 // causal x GQA x length mixes (empty sequences, lengths around the 128-row tile, len_q != len_k,
-// 40 random lengths, one 4097), plus seqused_q/k, fused-QKV views, a padded out, no lse, a
+// 40 random lengths, one 4097), plus seqused_q/k (with NaN key rows past seqused_k, which the
+// kernel must not read), fused-QKV views, a padded out, no lse, a
 // max_seqlen above every length, run-to-run bitwise stability and the check_index_values mode.
 // out and lse are NaN-poisoned before each call: rows of a sequence must all be written, rows
 // beyond seqused_q must be 0 / -inf, and rows past cu_seqlens_q[batch] (and out's row padding)
@@ -73,6 +74,7 @@ struct VarlenCase {
   int64_t heads_q = 8, heads_kv = 8;
   std::vector<int> len_q, len_k;
   std::optional<std::vector<int>> used_q, used_k;
+  bool nan_past_used_k = false;  // K and V rows [seqused_k, len_k) of every sequence hold NaN
   int64_t extra_q = 37;  // packed rows past cu_seqlens_q[batch]: never written (poison must stay)
   int64_t extra_k = 5;   // key rows past cu_seqlens_k[batch] (finite values: the kernel may read them)
   // q, k, v as views into one (total, heads_q + 2 * heads_kv, head_dim) buffer: a fused QKV
@@ -153,6 +155,14 @@ void setup(VarlenRun& r, const VarlenCase& c) {
           const float v = -3.f + 6.f * u;
           host[static_cast<size_t>(t * r.q_tok + x)] = c.dtype == DType::kBF16 ? float_to_bf16(v) : float_to_fp16(v);
         }
+    }
+    if (c.nan_past_used_k) {  // unused rows as a KV cache may leave them: reading one gives NaN
+      const uint16_t nan = c.dtype == DType::kBF16 ? 0x7FC0 : 0x7E00;
+      for (int64_t b = 0; b < r.batch; ++b)
+        for (int64_t t = r.seq_k(b); t < r.len_k(b); ++t)
+          for (size_t off : {r.k_off, r.v_off})
+            std::fill_n(&host[off / static_cast<size_t>(es) + static_cast<size_t>((r.cu_k[b] + t) * r.k_tok)],
+                        hkv * d, nan);
     }
     r.data.upload(host.data(), host.size() * 2);
   }
@@ -583,6 +593,29 @@ TEST(Sm90Varlen, Seqused) {
         if (which != 1) c.used_k = used_k;
         run_and_check(c);
       }
+}
+
+// Key rows past seqused_k are never read when a sequence has at least one key tile of used keys
+// (at most 176 keys here): its last tile is loaded ending at its last used key (FwdMask's
+// kTailShift). Those rows hold NaN, which a read would carry into out (0 * NaN in P V). Used key
+// counts that are and are not multiples of the tiles; one sequence fully used.
+TEST(Sm90Varlen, RowsPastSequsedKAreNotRead) {
+  if (!has_sm90()) GTEST_SKIP() << "no sm_90 device";
+  for (const auto& [t, d] : built_pairs())
+    for (bool causal : {false, true}) {
+      VarlenCase c;
+      c.name = std::string("nan_past_used_k_") + dtype_name(t) + "_d" + std::to_string(d) + (causal ? "_causal" : "_full");
+      c.dtype = t;
+      c.head_dim = d;
+      c.causal = causal;
+      c.heads_q = 8;
+      c.heads_kv = 2;
+      c.len_q = {100, 300, 50, 200, 1, 129};
+      c.len_k = {400, 300, 1000, 200, 500, 600};
+      c.used_k = std::vector<int>{390, 176, 777, 200, 181, 512};
+      c.nan_past_used_k = true;
+      run_and_check(c);
+    }
 }
 
 // q, k, v as views into one fused (total, heads_q + 2 heads_kv, head_dim) buffer (for MHA the
