@@ -354,8 +354,8 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, k=None, v=None, p
     sequence) and chunked prefill (many) (FlashAttention-3's flash_attn_with_kvcache). Forward only.
 
     Kernels: split-KV decoding for few query tokens; from 32 query tokens per sequence on a
-    contiguous cache, the forward (FlashAttention-3) kernel, as fast as hopattn.attention on the
-    same keys and 3.4-3.9x faster than the decode kernel from 128 tokens up (H200). A paged cache, or
+    contiguous cache, the forward (FlashAttention-3) kernel, within 1-3% of hopattn.attention on the
+    same keys and 3.3-3.7x faster than the decode kernel from 128 tokens up (H200). A paged cache, or
     num_splits > 1, keeps the decode kernel, which chunked prefill runs 3.6-4.6x slower
     (docs/design-kvcache-prefill.md). Neither kernel reads cache rows past a sequence's keys, so
     unused cache slots may hold anything, NaN included.

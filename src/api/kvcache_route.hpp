@@ -1,7 +1,7 @@
 // Which kernel a KV-cache call runs. The split-KV decode kernel (mma.sync, a few query rows per KV
 // head) is built for decoding. Chunked prefill (many new query rows against the cache) runs the
 // warp-specialised forward kernel instead, on the cache's batched views with per-sequence key
-// counts: 3.4-3.9x faster than the decode kernel from 128 rows per sequence up, level with
+// counts: 3.3-3.7x faster than the decode kernel from 128 rows per sequence up, within 1-3% of
 // hopattn::forward on the same keys (docs/design-kvcache-prefill.md, BENCHMARKS.md).
 // A pure host function of the validated problem, so the CPU tests pin every rule.
 #pragma once
