@@ -34,8 +34,9 @@ inline bool kv_forward_layout_ok(const KvCacheProblem& p) {
   };
   constexpr int64_t kMaxIndex = INT_MAX / 2;  // ws_indices_fit's bound
   const int64_t m_blocks = (p.seqlen_q + 127) / 128;
+  // An empty cache (capacity 0) has no key rows for a TMA view: the decode kernel writes its zeros.
   return aligned(p.q, p.q_stride) && aligned(p.out, p.o_stride) && aligned(p.k_cache, p.k_stride) &&
-         aligned(p.v_cache, p.v_stride) && p.seqlen_q <= kMaxIndex && p.capacity <= kMaxIndex &&
+         aligned(p.v_cache, p.v_stride) && p.seqlen_q <= kMaxIndex && p.capacity > 0 && p.capacity <= kMaxIndex &&
          p.heads_q <= kMaxIndex && p.batch <= kMaxIndex && m_blocks * p.heads_q * p.batch <= INT_MAX / 4;
 }
 

@@ -767,6 +767,7 @@ TEST(KvCacheRoute, ForwardKernelForChunkedPrefill) {
     add("v_cache stride", [i](KvCacheProblem& x) { x.v_stride[i] += 4; });
   }
   add("capacity 2^30", [](KvCacheProblem& x) { x.capacity = int64_t{1} << 30; });
+  add("empty cache", [](KvCacheProblem& x) { x.capacity = 0; });
   add("seqlen_q 2^30", [](KvCacheProblem& x) { x.seqlen_q = int64_t{1} << 30; });
   add("tiles past 2^29", [](KvCacheProblem& x) { x.batch = 1 << 20; x.seqlen_q = 1 << 12; });
   for (const auto& [what, x] : decode_only) {
