@@ -359,8 +359,8 @@ struct KvCacheArgs {
   // cache_seqlens[b] + seqlen_new <= capacity (max_seqlen_k, or max_pages * page_size), and every
   // page_table entry the call reads in [0, num_pages). Also on for every call with the environment
   // variable HOPATTN_DEBUG_CHECKS=1. Without the check, bad values give wrong results but never
-  // reads or writes outside the tensors: lengths are clamped to [0, capacity], page indices to
-  // [0, num_pages), and appended rows that would land past the capacity are dropped.
+  // reads or writes outside the tensors: lengths are clamped to [0, capacity], a page outside
+  // [0, num_pages) is clamped or read as zeros, and rows appended past the capacity are dropped.
   bool check_index_values = false;
 };
 
@@ -370,7 +370,7 @@ std::size_t attention_with_kvcache_workspace_size(const KvCacheArgs& args);
 
 // The KV-cache kernels (device memory, cache_seqlens and page_table too), enqueued on `stream`: the
 // append (if k_new/v_new), then split-KV decoding (attention, merge), or for chunked prefill (32+
-// query rows, contiguous cache: src/api/kvcache_route.hpp) the forward kernel. `workspace`:
+// rows; contiguous, or pages of whole key tiles: api/kvcache_route.hpp) the forward kernel. `workspace`:
 // attention_with_kvcache_workspace_size(args) bytes, 256-byte aligned (null if 0). Async unless checks.
 Result attention_with_kvcache(const KvCacheArgs& args, void* workspace, std::size_t workspace_bytes,
                               cudaStream_t stream = nullptr);

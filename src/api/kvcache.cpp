@@ -97,6 +97,7 @@ std::size_t key_counts_bytes(const KvCacheProblem& p) {
 // The cache as a fixed-length batch of `capacity` keys per sequence, of which the first
 // key_counts[b] take part (seqused_k): the forward kernel's varlen instantiation keeps the batched
 // views and aligns causal and window bottom-right at each sequence's key count, the KV call's rule.
+// A paged cache keeps its page table: the kernel finds each key tile's page.
 AttnProblem forward_problem(const KvCacheProblem& p, const int32_t* key_counts) {
   AttnProblem a;
   a.batch = p.batch;
@@ -123,6 +124,12 @@ AttnProblem forward_problem(const KvCacheProblem& p, const int32_t* key_counts) 
     a.o_stride[i] = p.o_stride[i];
   }
   a.seqused_k = key_counts;
+  if (p.paged) {  // the views become (page_size, .., num_pages); seqlen_k stays the capacity
+    a.page_table = p.page_table;
+    a.page_table_stride = p.page_table_stride;
+    a.page_size = p.page_size;
+    a.num_pages = p.num_pages;
+  }
   return a;
 }
 
@@ -171,19 +178,20 @@ Result attention_with_kvcache(const KvCacheArgs& args, void* workspace, std::siz
   if (p.batch > 0 && detail::check_index_values_requested(args.check_index_values))
     if (Result r = check_index_values_on_device(p, stream); !r.ok()) return r;
 
-  if (kv_kernel(p) == KvKernel::kForward) {  // chunked prefill: append, then the forward kernel
-    if (Result r = check_workspace(workspace, workspace_bytes, key_counts_bytes(p)); !r.ok()) return r;
-    if (p.seqlen_new > 0 && p.heads_kv > 0)
-      if (const cudaError_t e = dec::launch_append(p, stream); e != cudaSuccess) return cuda_error("KV append launch", e);
-    return run_forward_route(p, workspace, stream);
+  // Chunked prefill runs the forward kernel (kvcache_route.hpp), decoding the split-KV plan. Both
+  // append first, in stream order, so the kernels see the new keys.
+  const bool forward = kv_kernel(p) == KvKernel::kForward;
+  dec::DecodePlan plan{};
+  if (!forward) {
+    plan = dec::plan_decode(p, current_sm_count());
+    if (Result r = check_plan(p, plan); !r.ok()) return r;
   }
-
-  const dec::DecodePlan plan = dec::plan_decode(p, current_sm_count());
-  if (Result r = check_plan(p, plan); !r.ok()) return r;
-  if (Result r = check_workspace(workspace, workspace_bytes, plan.workspace); !r.ok()) return r;
+  if (Result r = check_workspace(workspace, workspace_bytes, forward ? key_counts_bytes(p) : plan.workspace); !r.ok())
+    return r;
 
   if (p.seqlen_new > 0 && p.batch > 0 && p.heads_kv > 0)
     if (const cudaError_t e = dec::launch_append(p, stream); e != cudaSuccess) return cuda_error("KV append launch", e);
+  if (forward) return run_forward_route(p, workspace, stream);
   if (plan.blocks == 0) return {};  // no query rows: the append was the whole call
 
   dec::DecodeParams params;

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "api/kvcache_problem.hpp"
+#include "sm90/ws/key_tile.hpp"
 
 namespace hopattn {
 
@@ -40,14 +41,32 @@ inline bool kv_forward_layout_ok(const KvCacheProblem& p) {
          p.heads_q <= kMaxIndex && p.batch <= kMaxIndex && m_blocks * p.heads_q * p.batch <= INT_MAX / 4;
 }
 
+// The key tile of the forward kernel the call would run: the causal configuration's for causal,
+// window and softcap problems (the local kernels are built on it), else the plain one's.
+inline int kv_forward_key_tile(const KvCacheProblem& p) {
+  const bool masked = p.causal || p.window_left >= 0 || p.window_right >= 0 || p.softcap > 0.f;
+  return sm90::ws::default_key_tile(static_cast<int>(p.head_dim), masked);
+}
+
+// A paged cache runs the forward kernel when each key tile lies inside one page, so that one TMA
+// box per tile reads it: page_size a multiple of the key tile (128 at d64 and at causal d128, so
+// pages of 128, 256, ...). Other page sizes keep the decode kernel, which gathers rows of any page
+// size. The view's page count and page size are 32-bit TMA coordinates.
+inline bool kv_forward_pages_ok(const KvCacheProblem& p) {
+  if (!p.paged) return true;
+  return p.page_size % kv_forward_key_tile(p) == 0 && p.num_pages > 0 && p.num_pages <= INT_MAX &&
+         p.page_size <= INT_MAX;
+}
+
 // `forced`: the HOPATTN_KV_KERNEL environment value ("decode" or "forward"), or null. It is for
 // tests and benchmarks that time both kernels on one shape; "forward" still needs a problem the
-// forward kernel can run. Paged caches, and explicit split counts above 1 (a split-KV request),
-// keep the decode kernel.
+// forward kernel can run. Page sizes that are not a multiple of the key tile, and explicit split
+// counts above 1 (a split-KV request), keep the decode kernel.
 inline KvKernel choose_kv_kernel(const KvCacheProblem& p, const char* forced) {
   if (forced != nullptr && std::strcmp(forced, "decode") == 0) return KvKernel::kDecode;
   const bool force_forward = forced != nullptr && std::strcmp(forced, "forward") == 0;
-  if (p.paged || p.num_splits > 1 || p.no_queries() || !kv_forward_layout_ok(p)) return KvKernel::kDecode;
+  if (p.num_splits > 1 || p.no_queries() || !kv_forward_layout_ok(p) || !kv_forward_pages_ok(p))
+    return KvKernel::kDecode;
   return force_forward || p.seqlen_q >= kKvForwardMinSeqlenQ ? KvKernel::kForward : KvKernel::kDecode;
 }
 

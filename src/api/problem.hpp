@@ -50,9 +50,18 @@ struct AttnProblem {
   const int32_t* seqused_k = nullptr;  // or null
   int64_t total_q = 0, total_k = 0;
 
+  // A paged K/V cache (set only by the KV-cache call's forward route, with seqused_k): k and v are
+  // (num_pages, page_size, heads_kv, head_dim) with k_stride/v_stride (page, row in page, head),
+  // seqlen_k is the capacity max_pages * page_size, and key j of sequence b lives in row
+  // j % page_size of page page_table[b * page_table_stride + j / page_size]. The varlen kernels
+  // read it with one TMA box per key tile, so page_size must be a multiple of the key tile.
+  const int32_t* page_table = nullptr;
+  int64_t page_table_stride = 0, page_size = 0, num_pages = 0;
+
   HOPATTN_HOST_DEVICE int64_t group() const { return heads_q / heads_kv; }  // query heads sharing one K/V head
   HOPATTN_HOST_DEVICE bool empty() const { return batch == 0 || seqlen_q == 0 || heads_q == 0; }
   HOPATTN_HOST_DEVICE bool varlen() const { return cu_seqlens_q != nullptr; }
+  HOPATTN_HOST_DEVICE bool paged() const { return page_table != nullptr; }
   HOPATTN_HOST_DEVICE bool masked() const { return window_left >= 0 || window_right >= 0; }
 };
 

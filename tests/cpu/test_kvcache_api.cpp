@@ -745,15 +745,34 @@ TEST(KvCacheRoute, ForwardKernelForChunkedPrefill) {
   few.seqlen_q = 1;
   EXPECT_EQ(choose_kv_kernel(few, "forward"), KvKernel::kForward);
 
-  // What keeps the decode kernel even when forced: a paged cache, a split request, no queries, a
-  // layout TMA cannot address (each pointer and stride), indices past the 32-bit range.
+  // What keeps the decode kernel even when forced: a page size that is not a multiple of the key
+  // tile, a split request, no queries, a layout TMA cannot address (each pointer and stride),
+  // indices past the 32-bit range.
   std::vector<std::pair<const char*, KvCacheProblem>> decode_only;
   auto add = [&](const char* what, auto&& change) {
     KvCacheProblem x = p;
     change(x);
     decode_only.emplace_back(what, x);
   };
-  add("paged", [](KvCacheProblem& x) { x.paged = true; });
+  const auto paged = [](KvCacheProblem& x, int64_t page_size) {  // (pages, page_size, 8, 128) strides
+    x.paged = true;
+    x.page_size = page_size;
+    x.num_pages = 64;
+    x.max_pages = x.capacity / page_size;
+    const int64_t strides[3] = {page_size * 8 * 128, 8 * 128, 128};
+    std::copy_n(strides, 3, x.k_stride);
+    std::copy_n(strides, 3, x.v_stride);
+  };
+  add("paged, page 64 (key tile 176)", [&](KvCacheProblem& x) { paged(x, 64); });
+  add("paged, page 256 (key tile 176)", [&](KvCacheProblem& x) { paged(x, 256); });
+  add("paged causal, page 64 (key tile 128)", [&](KvCacheProblem& x) { paged(x, 64); x.causal = true; });
+  add("paged causal, page 176 (key tile 128)", [&](KvCacheProblem& x) { paged(x, 176); x.causal = true; });
+  add("paged d256 causal, page 256 (key tile 80)", [&](KvCacheProblem& x) {
+    paged(x, 256);
+    x.causal = true;
+    x.head_dim = 256;
+  });
+  add("paged causal, no pages", [&](KvCacheProblem& x) { paged(x, 128); x.causal = true; x.num_pages = 0; });
   add("num_splits 2", [](KvCacheProblem& x) { x.num_splits = 2; });
   add("no queries", [](KvCacheProblem& x) { x.batch = 0; });
   add("q 8-byte aligned", [](KvCacheProblem& x) { x.q = memory + 8; });
@@ -777,6 +796,36 @@ TEST(KvCacheRoute, ForwardKernelForChunkedPrefill) {
   KvCacheProblem one_split = p;  // one split asked: no split either way
   one_split.num_splits = 1;
   EXPECT_EQ(choose_kv_kernel(one_split, nullptr), KvKernel::kForward);
+
+  // Paged caches whose pages hold whole key tiles: one TMA box per tile, the forward kernel.
+  std::vector<std::pair<const char*, KvCacheProblem>> paged_forward;
+  auto add_paged = [&](const char* what, auto&& change) {
+    KvCacheProblem x = p;
+    change(x);
+    paged_forward.emplace_back(what, x);
+  };
+  add_paged("causal d128, page 128", [&](KvCacheProblem& x) { paged(x, 128); x.causal = true; });
+  add_paged("causal d128, page 256", [&](KvCacheProblem& x) { paged(x, 256); x.causal = true; });
+  add_paged("window d128, page 128", [&](KvCacheProblem& x) { paged(x, 128); x.window_left = 100; });
+  add_paged("softcap d128, page 384", [&](KvCacheProblem& x) { paged(x, 384); x.softcap = 30.f; });
+  add_paged("d64, page 128", [&](KvCacheProblem& x) { paged(x, 128); x.head_dim = 64; });
+  add_paged("d128, page 176", [&](KvCacheProblem& x) { paged(x, 176); });
+  add_paged("d256, page 160", [&](KvCacheProblem& x) { paged(x, 160); x.head_dim = 256; });
+  for (const auto& [what, x] : paged_forward) {
+    EXPECT_EQ(x.page_size % kv_forward_key_tile(x), 0) << what;
+    EXPECT_EQ(choose_kv_kernel(x, nullptr), KvKernel::kForward) << what;
+    EXPECT_EQ(choose_kv_kernel(x, "decode"), KvKernel::kDecode) << what;
+  }
+  // The key tiles the rule uses are the kernel configurations' (tile_shape.hpp reads the same
+  // function): 128 at d64 and masked d128, 176 at plain d128, 80 at d256.
+  KvCacheProblem t = p;
+  EXPECT_EQ(kv_forward_key_tile(t), 176);
+  t.causal = true;
+  EXPECT_EQ(kv_forward_key_tile(t), 128);
+  t.head_dim = 64;
+  EXPECT_EQ(kv_forward_key_tile(t), 128);
+  t.head_dim = 256;
+  EXPECT_EQ(kv_forward_key_tile(t), 80);
 }
 
 // The workspace follows the route: the forward kernel needs the key counts after an append only.

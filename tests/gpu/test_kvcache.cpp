@@ -8,8 +8,9 @@
 // alone, both, causal with a left bound, the diagonal, wider than the cache, over contiguous and
 // paged caches, seqlen_q 1/4/17, with and without append, heuristic and forced splits; and
 // Sm90KvCache.SlidingWindowOptions over dtypes, head dims and GQA groups); chunked prefill on the
-// forward kernel (KvCachePrefillVsReference, Sm90KvCache.ChunkedPrefillOptionsAndRoutes: the route
-// asserted through kvcache_route.hpp, NaN in every cache row past a sequence's keys). out/lse are
+// forward kernel (KvCachePrefillVsReference, KvCachePagedPrefillVsReference with pages that hold
+// whole key tiles or not, Sm90KvCache.ChunkedPrefillOptionsAndRoutes: the route asserted through
+// kvcache_route.hpp, NaN in every cache row past a sequence's keys). out/lse are
 // NaN-poisoned before every call; after it the cache must hold k_new/v_new at the appended rows and
 // be bitwise untouched everywhere else.
 #include <gtest/gtest.h>
@@ -23,11 +24,13 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../common/test_util.hpp"
 #include "api/kvcache_problem.hpp"
 #include "api/kvcache_route.hpp"
+#include "sm90/ws/key_tile.hpp"
 #include "hopattn/hopattn.hpp"
 
 namespace hopattn::test {
@@ -477,32 +480,96 @@ std::vector<PrefillCase> prefill_cases() {
   return v;
 }
 
+// One chunked-prefill case: 2 * group query heads on 2 KV heads; key counts 0, 1 (causal: rows
+// before the keys see none), 300, a full cache, 40 (under one key tile) and 129 (one past a 128-key
+// tile), 3 of them appended with `append`; every cache row past a sequence's keys is NaN, so a
+// kernel that multiplies one (with P = 0) writes NaN.
+DecCase prefill_case(std::string name, DType t, int head_dim, int64_t page_size, int64_t capacity, int64_t group,
+                     int64_t seqlen_q, bool causal, bool append) {
+  DecCase c;
+  c.name = std::move(name);
+  c.dtype = t;
+  c.head_dim = head_dim;
+  c.page_size = page_size;
+  c.capacity = capacity;
+  c.heads_kv = 2;
+  c.heads_q = 2 * group;
+  c.seqlen_q = seqlen_q;
+  c.causal = causal;
+  c.seqlen_new = append ? 3 : 0;
+  const int full = static_cast<int>(capacity);
+  c.cached = append ? std::vector<int>{0, 1, 297, full - 3, 37, 126} : std::vector<int>{0, 1, 300, full, 40, 129};
+  c.nan_tail = true;
+  return c;
+}
+
 class KvCachePrefillVsReference : public ::testing::TestWithParam<PrefillCase> {};
 
-// Chunked prefill (seqlen_q >= kKvForwardMinSeqlenQ) on a contiguous cache runs the forward kernel.
-// Capacity 768; key counts 0, 1 (causal: rows before the keys see none), 300, a full cache, 40
-// (under one key tile) and 129 (one past a 128-key tile), 3 of them appended with `append`. Every
-// cache row past a sequence's keys is NaN: a kernel that multiplies one (with P = 0) writes NaN.
+// Chunked prefill (seqlen_q >= kKvForwardMinSeqlenQ) on a contiguous cache of capacity 768 runs the
+// forward kernel (prefill_case: the key counts and the NaN tails).
 TEST_P(KvCachePrefillVsReference, MatchesGatheredFp64Reference) {
   if (!has_sm90()) GTEST_SKIP() << "no sm_90 device";
   const KvKernelOverride automatic{nullptr};
   const PrefillCase g = GetParam();
-  DecCase c;
-  c.name = "prefill_" + prefill_name(g);
-  c.dtype = g.dtype;
-  c.head_dim = g.head_dim;
-  c.heads_kv = 2;
-  c.heads_q = 2 * g.group;
-  c.seqlen_q = g.seqlen_q;
-  c.causal = g.causal;
-  c.seqlen_new = g.append ? 3 : 0;
-  c.cached = g.append ? std::vector<int>{0, 1, 297, 765, 37, 126} : std::vector<int>{0, 1, 300, 768, 40, 129};
-  c.nan_tail = true;
-  run_on_route(c, KvKernel::kForward);
+  run_on_route(prefill_case("prefill_" + prefill_name(g), g.dtype, g.head_dim, 0, 768, g.group, g.seqlen_q, g.causal,
+                            g.append),
+               KvKernel::kForward);
 }
 
 INSTANTIATE_TEST_SUITE_P(Sm90, KvCachePrefillVsReference, ::testing::ValuesIn(prefill_cases()),
                          [](const ::testing::TestParamInfo<PrefillCase>& info) { return prefill_name(info.param); });
+
+// Chunked prefill on paged caches. Pages that hold whole key tiles run the forward kernel (one TMA
+// box per tile, the page looked up per tile); the others keep the decode kernel. Each head dim
+// has a page size of each kind: d64 128/256 (key tile 128), d128 causal 128/256 (128), d128
+// non-causal 176 (its 176-key tile) and 256 (decode), d256 causal 160 and non-causal 80 (80).
+struct PagedPrefillCase {
+  DType dtype;
+  int head_dim;
+  int64_t page_size;
+  bool causal;
+  int64_t group, seqlen_q;
+  bool append;
+};
+
+std::string paged_prefill_name(const PagedPrefillCase& g) {
+  return std::string(dtype_name(g.dtype)) + "_d" + std::to_string(g.head_dim) + "_page" + std::to_string(g.page_size) +
+         (g.causal ? "_causal" : "_full") + "_g" + std::to_string(g.group) + "_q" + std::to_string(g.seqlen_q) +
+         (g.append ? "_append" : "");
+}
+
+std::vector<PagedPrefillCase> paged_prefill_cases() {
+  struct Layout { int head_dim; int64_t page_size; bool causal; };
+  const Layout layouts[] = {{64, 128, false}, {64, 256, true},   {128, 128, true}, {128, 256, true},
+                            {128, 176, false}, {128, 256, false}, {256, 160, true}, {256, 80, false}};
+  std::vector<PagedPrefillCase> v;
+  for (DType t : {DType::kBF16, DType::kFP16})
+    for (const Layout& l : layouts)
+      for (int64_t group : {1, 8})
+        for (int64_t sq : {kKvForwardMinSeqlenQ, int64_t{300}})
+          for (bool append : {false, true}) v.push_back({t, l.head_dim, l.page_size, l.causal, group, sq, append});
+  return v;
+}
+
+class KvCachePagedPrefillVsReference : public ::testing::TestWithParam<PagedPrefillCase> {};
+
+// Capacity: the multiple of page_size from 768 up; prefill_case's key counts and NaN in every unused
+// row of every page, and random page tables with pages no sequence uses.
+TEST_P(KvCachePagedPrefillVsReference, MatchesGatheredFp64Reference) {
+  if (!has_sm90()) GTEST_SKIP() << "no sm_90 device";
+  const KvKernelOverride automatic{nullptr};
+  const PagedPrefillCase g = GetParam();
+  const int64_t capacity = (768 + g.page_size - 1) / g.page_size * g.page_size;
+  const int key_tile = sm90::ws::default_key_tile(g.head_dim, g.causal);
+  run_on_route(prefill_case("paged_prefill_" + paged_prefill_name(g), g.dtype, g.head_dim, g.page_size, capacity,
+                            g.group, g.seqlen_q, g.causal, g.append),
+               g.page_size % key_tile == 0 ? KvKernel::kForward : KvKernel::kDecode);
+}
+
+INSTANTIATE_TEST_SUITE_P(Sm90, KvCachePagedPrefillVsReference, ::testing::ValuesIn(paged_prefill_cases()),
+                         [](const ::testing::TestParamInfo<PagedPrefillCase>& info) {
+                           return paged_prefill_name(info.param);
+                         });
 
 // ---- sliding windows ------------------------------------------------------------------------------
 
@@ -647,9 +714,10 @@ TEST(Sm90KvCache, Softcap) {
 }
 
 // The route's options: windows (each side, both, causal with a left bound), softcap, no lse, a long
-// cache with a long chunk; the forced forward kernel at a decode's few rows; and the cases that
-// keep the decode kernel at many rows (a paged cache, a split request, the forced decode kernel),
-// all on NaN tails.
+// cache with a long chunk, contiguous and paged with pages of whole key tiles; the forced forward
+// kernel at a decode's few rows; and the cases that keep the decode kernel at many rows (pages
+// smaller than the key tile, even when forced; a split request; the forced decode kernel), all on
+// NaN tails.
 TEST(Sm90KvCache, ChunkedPrefillOptionsAndRoutes) {
   if (!has_sm90()) GTEST_SKIP() << "no sm_90 device";
   struct Variant {
@@ -667,7 +735,12 @@ TEST(Sm90KvCache, ChunkedPrefillOptionsAndRoutes) {
       {nullptr, fwd, 100, {"long_chunk", DType::kBF16, 128, 0, 32, 8, 1000, true, {}, 8192, {7000, 3000}, 0, 0, true, 0.f}},
       {"forward", fwd, 2, {"forced_forward_q1", DType::kBF16, 128, 0, 8, 2, 1, false, {}, 768, cached, 0, 0, true, 0.f}},
       {"forward", fwd, 0, {"forced_forward_q17", DType::kFP16, 256, 0, 16, 2, 17, true, {}, 768, cached, 0, 0, true, 0.f}},
+      {nullptr, fwd, 2, {"paged128_left100_causal", DType::kBF16, 128, 128, 8, 2, 128, true, {100, -1}, 768, cached, 0, 0, true, 0.f}},
+      {nullptr, fwd, 0, {"paged256_softcap30", DType::kFP16, 64, 256, 8, 2, 64, false, {}, 768, cached, 0, 0, true, 30.f}},
+      {nullptr, fwd, 2, {"paged128_no_lse_strided_rows", DType::kFP16, 128, 128, 8, 2, 96, true, {}, 768, cached, 0, 8, false, 0.f}},
+      {nullptr, fwd, 100, {"paged256_long_chunk", DType::kBF16, 128, 256, 32, 8, 1000, true, {}, 8192, {7000, 3000}, 0, 0, true, 0.f}},
       {nullptr, dec, 2, {"paged64", DType::kBF16, 128, 64, 8, 2, 128, true, {}, 768, cached, 0, 0, true, 0.f}},
+      {"forward", dec, 2, {"forced_forward_paged64", DType::kBF16, 128, 64, 8, 2, 128, true, {}, 768, cached, 0, 0, true, 0.f}},
       {nullptr, dec, 0, {"split_request", DType::kBF16, 64, 0, 8, 2, 128, false, {}, 768, cached, 3, 0, true, 0.f}},
       {"decode", dec, 2, {"forced_decode", DType::kFP16, 128, 0, 8, 2, 300, true, {}, 768, cached, 0, 0, true, 0.f}},
   };
@@ -863,24 +936,28 @@ TEST(Sm90KvCache, IndexValueChecksAndClamping) {
   const Bad cases[] = {
       {"negative_len", 0, [](DecRun& x) { x.seqlens[1] = -7; }, "cache_seqlens[1]=-7 is negative"},
       {"len_past_capacity", 0, [](DecRun& x) { x.seqlens[0] = 767; }, "cache_seqlens[0]=767 plus seqlen_new=2"},
-      {"paged_len_past_capacity", 64, [](DecRun& x) { x.seqlens[2] = 100000; }, "cache_seqlens[2]=100000"},
-      {"page_out_of_range", 64, [](DecRun& x) { x.page_table[3] = 1 << 30; }, "page_table[0][3]=1073741824 is outside"},
-      {"negative_page", 64, [](DecRun& x) { x.page_table[12] = -1; }, "page_table[1][0]=-1 is outside"},
+      {"paged_len_past_capacity", 128, [](DecRun& x) { x.seqlens[2] = 100000; }, "cache_seqlens[2]=100000"},
+      {"page_out_of_range", 128, [](DecRun& x) { x.page_table[3] = 1 << 30; }, "page_table[0][3]=1073741824 is outside"},
+      {"negative_page", 128, [](DecRun& x) { x.page_table[12] = -1; }, "page_table[2][0]=-1 is outside"},
   };
-  // seqlen_q 2 decodes; 2 * kKvForwardMinSeqlenQ takes the forward kernel on the contiguous cache,
-  // where the key counts are clamped to [0, capacity] by launch_key_counts and the kernel.
+  // seqlen_q 2 decodes; 2 * kKvForwardMinSeqlenQ takes the forward kernel, where the key counts
+  // are clamped to [0, capacity] by launch_key_counts and the kernel, and a page outside the cache
+  // is outside the TMA view (zeros are read). The paged cases are causal with 128-token pages, so
+  // that their key tiles (128) fit the pages and the forward kernel runs them.
   for (const Bad& bad : cases)
   for (const int64_t sq : {int64_t{2}, 2 * kKvForwardMinSeqlenQ}) {
     SCOPED_TRACE(std::string(bad.name) + " seqlen_q " + std::to_string(sq));
     DecCase c;
     c.name = std::string("bad_") + bad.name + "_q" + std::to_string(sq);
     c.page_size = bad.page;
+    c.causal = bad.page > 0;
     c.capacity = 768;
     c.cached = {700, 300, 5};
     c.seqlen_new = 2;
     c.seqlen_q = sq;
     DecRun x;
     setup(x, c);
+    EXPECT_EQ(route_of(x), sq > 2 ? KvKernel::kForward : KvKernel::kDecode);
     bad.corrupt(x);
     x.seqlens_dev.upload(x.seqlens);
     if (c.page_size) x.page_table_dev.upload(x.page_table);

@@ -483,11 +483,13 @@ def test_gpu_against_float64(lib, dtype_name, page, sq, causal):
 
 
 @needs_gpu
-@pytest.mark.parametrize("page", [0, 64])
+@pytest.mark.parametrize("page", [0, 64, 128, 256])
 @pytest.mark.parametrize("sq, causal", [(32, False), (200, True)])
 def test_gpu_chunked_prefill_against_float64(lib, page, sq, causal):
-    # Many query rows: a contiguous cache runs the forward kernel (kvcache_route.hpp), a paged one the
-    # decode kernel. Cache rows past each sequence's keys are NaN; reading one would poison the output.
+    # Many query rows: a contiguous cache runs the forward kernel (kvcache_route.hpp), and so does a
+    # paged one whose pages hold whole key tiles (causal d128: 128 keys, so pages 128 and 256); other
+    # pages (64; 128 and 256 against non-causal d128's 176-key tile) keep the decode kernel. Cache
+    # rows past each sequence's keys are NaN; reading one would poison the output.
     lens = [0, 1, 300, 509, 77, 129]
     q, k_cache, v_cache, seqlens, page_table, k, v = gpu_problem(lens, sq, 16, 4, 128, 512, page, 3, torch.bfloat16,
                                                                  seed=5)

@@ -24,6 +24,16 @@ template <class Cfg, class Problem>
 cudaError_t launch_ws_config(const Problem& prob, const AttnProblem& pr, cudaStream_t stream) {
   using K = FwdWsKernel<Cfg>;
 
+  // A paged cache: the 16-bit varlen kernels only, one TMA box per key tile inside one page.
+  if (pr.paged()) {
+    if constexpr (!Cfg::kVarlen || Cfg::kFp8) {
+      return cudaErrorNotSupported;
+    } else {
+      if (pr.page_size % Cfg::kBlockN != 0 || pr.num_pages > INT_MAX || pr.page_size > INT_MAX)
+        return cudaErrorNotSupported;
+    }
+  }
+
   typename K::Params params{};
   params.mainloop = K::Mainloop::make_params(prob);
   params.epilogue = K::Epilogue::make_params(pr);
@@ -64,8 +74,10 @@ cudaError_t launch_fwd_ws(const AttnProblem& pr, cudaStream_t stream) {
 }
 
 // Per-sequence key counts run the varlen kernels: packed batches (cu_seqlens), or a fixed-length
-// batch with seqused_k (the KV-cache call's chunked prefill, batched views).
-inline bool per_sequence_keys(const AttnProblem& pr) { return pr.varlen() || pr.seqused_k != nullptr; }
+// batch with seqused_k (the KV-cache call's chunked prefill, batched or paged views).
+inline bool per_sequence_keys(const AttnProblem& pr) {
+  return pr.varlen() || pr.seqused_k != nullptr || pr.paged();
+}
 
 // A window other than causal's (a left bound, or a right one without causal): the local kernels.
 inline bool needs_local_kernel(const AttnProblem& pr) {

@@ -190,12 +190,18 @@ struct FwdMainloop {
     // packed. Varlen: the index arrays (device memory; cu_q null for fixed-length batches).
     int rows_q, rows_k, batch_extent;
     int rows_v;  // V's key extent: rows_k, or the padded columns of FP8's V^T
+    int kv_extent;  // K/V views' batch extent: batch_extent, or num_pages for a paged cache
     const int32_t* cu_q;
     const int32_t* cu_k;
     const int32_t* used_q;
     const int32_t* used_k;
     int window_left, window_right;  // the masked kernels' bounds (mask.cuh: make_window)
     Softcap softcap;                // read by the kSoftcap kernels only
+    // A paged cache (kPaged kernels, AttnProblem::page_table): K/V views are (page_size, .., page)
+    // and key block n of sequence b is block n % page_blocks of page page_table[b][n / page_blocks].
+    const int32_t* page_table;
+    int64_t page_table_stride;
+    int page_blocks;  // key blocks per page (page_size / kBlockN)
   };
 
   // Where one batch entry's rows live in the tensors and how many of them take part.
@@ -213,6 +219,10 @@ struct FwdMainloop {
   // the sequence has kBlockN keys (a shorter one's box would start in the previous sequence);
   // batched views (cu_k null): always, as TMA zero-fills the negative rows of a short sequence.
   static constexpr bool kTailShift = Cfg::kVarlen && !kFp8;
+  // Paged caches run the same kernels (a null page_table costs one uniform branch per load in the
+  // producer). The tail shift stays inside the tail block's page: a box starting before the page's
+  // first row reads TMA's zero fill there, not the previous page (the mask hides those columns).
+  static constexpr bool kPaged = kTailShift;
   __device__ static void set_tail(const Params& p, SeqInfo& si) {
     if constexpr (kTailShift) {
       if (si.seqlen_k % kBlockN != 0 && (p.cu_k == nullptr || si.seqlen_k >= kBlockN))
@@ -260,8 +270,11 @@ struct FwdMainloop {
     // A varlen kernel on a fixed-length problem (cu_seqlens_q null, seqused_k set) keeps the
     // batched views.
     const bool packed = pr.varlen();
-    const int rows_q = packed ? int(pr.total_q) : sq, rows_k = packed ? int(pr.total_k) : sk;
+    const bool paged = kPaged && pr.paged();  // launch_ws_config declines paged problems elsewhere
+    const int rows_q = packed ? int(pr.total_q) : sq;
+    const int rows_k = packed ? int(pr.total_k) : paged ? int(pr.page_size) : sk;
     const int bext = packed ? 1 : b;
+    const int kv_ext = paged ? int(pr.num_pages) : bext;
     // A TMA view needs at least one row; with no key rows at all no K/V tile is ever loaded, so
     // the descriptor may point at q's (mapped, aligned) memory.
     const bool no_keys = rows_k == 0;
@@ -270,7 +283,7 @@ struct FwdMainloop {
     const int tma_rows_k = no_keys ? 1 : rows_k;
     auto mQ = make_tensor(make_gmem_ptr(static_cast<const Element*>(pr.q)), make_shape(rows_q, kHeadDim, hq, bext),
                           make_stride(pr.q_stride[1], _1{}, pr.q_stride[2], pr.q_stride[0]));
-    auto mK = make_tensor(make_gmem_ptr(static_cast<const Element*>(k_data)), make_shape(tma_rows_k, kHeadDim, hk, bext),
+    auto mK = make_tensor(make_gmem_ptr(static_cast<const Element*>(k_data)), make_shape(tma_rows_k, kHeadDim, hk, kv_ext),
                           make_stride(pr.k_stride[1], _1{}, pr.k_stride[2], pr.k_stride[0]));
     // FP8's V^T: the padded extent, not seqlen_k: the key permutation puts some real keys of the
     // last group of 16 at columns >= seqlen_k, which TMA must not clip. Packed: one batch entry of
@@ -282,7 +295,7 @@ struct FwdMainloop {
         return make_tensor(make_gmem_ptr(static_cast<const Element*>(prob.vt)), make_shape(kHeadDim, int(sp), hk, bext),
                            make_stride(sp, _1{}, kHeadDim * sp, hk * kHeadDim * sp));
       } else {
-        return make_tensor(make_gmem_ptr(static_cast<const Element*>(v_data)), make_shape(kHeadDim, tma_rows_k, hk, bext),
+        return make_tensor(make_gmem_ptr(static_cast<const Element*>(v_data)), make_shape(kHeadDim, tma_rows_k, hk, kv_ext),
                            make_stride(_1{}, pr.v_stride[1], pr.v_stride[2], pr.v_stride[0]));
       }
     }();
@@ -291,8 +304,13 @@ struct FwdMainloop {
              make_tma_copy(SM90_TMA_LOAD{}, mK, take<0, 2>(SmemLayoutK{}), Shape<BN, HD>{}, _1{}),
              make_tma_copy(SM90_TMA_LOAD{}, mVt, take<0, 2>(SmemLayoutVt{}), Shape<HD, BN>{}, _1{}),
              sq, sk, hq, hk, b, int(pr.group()), pr.scale, pr.scale * 1.4426950408889634f, {},
-             rows_q, rows_k, bext, rows_v, pr.cu_seqlens_q, pr.cu_seqlens_k, pr.seqused_q, pr.seqused_k,
-             w.left, w.right, Softcap::make(pr.softcap, pr.scale)};
+             rows_q, rows_k, bext, rows_v, kv_ext, pr.cu_seqlens_q, pr.cu_seqlens_k, pr.seqused_q, pr.seqused_k,
+             w.left, w.right, Softcap::make(pr.softcap, pr.scale), nullptr, 0, 0};
+    if (paged) {
+      p.page_table = pr.page_table;
+      p.page_table_stride = pr.page_table_stride;
+      p.page_blocks = int(pr.page_size / kBlockN);
+    }
     if constexpr (kFp8) {
       p.descale = {prob.q_descale, prob.k_descale, prob.v_descale,
                    {prob.q_descale_stride[0], prob.q_descale_stride[1], prob.q_descale_stride[2]},
@@ -326,18 +344,35 @@ struct FwdMainloop {
       else return domain_offset(make_coord(_0{}, offset), v);
     }
 
-    // shift: rows the block is moved left by (the tail block, SeqInfo::tail_shift).
-    __device__ auto k_src(int shift) const {
+    // Where key block n_block lives in the K/V views: the batch coordinate and the block index
+    // along rows. The sequence's own entry, or with a paged cache the page that holds the block
+    // (an entry outside [0, num_pages) is out of the view's bounds: TMA reads zeros, never memory
+    // outside the cache).
+    struct BlockPlace {
+      int batch, block;
+    };
+    __device__ BlockPlace place(int n_block) const {
+      if constexpr (kPaged) {
+        if (p.page_table != nullptr) {
+          const int page = __ldg(p.page_table + si.batch * p.page_table_stride + n_block / p.page_blocks);
+          return {page, n_block % p.page_blocks};
+        }
+      }
+      return {si.batch, n_block};
+    }
+
+    // shift: rows the block is moved left by (the tail block, load_shift).
+    __device__ auto k_src(int batch, int shift) const {
       using namespace cute;
-      Tensor mK = p.tma_k.get_tma_tensor(make_shape(p.rows_k, int(kHeadDim), p.heads_kv, p.batch_extent));
-      Tensor mKs = from_row<0>(mK(_, _, head / p.group, si.batch), si.offset_k - shift);
+      Tensor mK = p.tma_k.get_tma_tensor(make_shape(p.rows_k, int(kHeadDim), p.heads_kv, p.kv_extent));
+      Tensor mKs = from_row<0>(mK(_, _, head / p.group, batch), si.offset_k - shift);
       Tensor gK = local_tile(mKs, Shape<BN, HD>{}, make_coord(_, _0{}));
       return p.tma_k.get_slice(_0{}).partition_S(gK);  // (TMA, 1, 1, n_block)
     }
-    __device__ auto v_src(int shift) const {
+    __device__ auto v_src(int batch, int shift) const {
       using namespace cute;
-      Tensor mV = p.tma_v.get_tma_tensor(make_shape(int(kHeadDim), p.rows_v, p.heads_kv, p.batch_extent));
-      Tensor mVs = from_row<1>(mV(_, _, head / p.group, si.batch), si.offset_v - shift);
+      Tensor mV = p.tma_v.get_tma_tensor(make_shape(int(kHeadDim), p.rows_v, p.heads_kv, p.kv_extent));
+      Tensor mVs = from_row<1>(mV(_, _, head / p.group, batch), si.offset_v - shift);
       Tensor gV = local_tile(mVs, Shape<HD, BN>{}, make_coord(_0{}, _));
       return p.tma_v.get_slice(_0{}).partition_S(gV);  // (TMA, 1, 1, n_block)
     }
@@ -357,8 +392,9 @@ struct FwdMainloop {
       using namespace cute;
       Tensor sK = make_tensor(make_smem_ptr(ss.k.data()), SmemLayoutK{});
       Tensor tKsK = p.tma_k.get_slice(_0{}).partition_D(sK);
+      const BlockPlace at = place(n_block);  // a paged lookup's latency overlaps the acquire
       pipe.producer_acquire(st);
-      copy(p.tma_k.with(*pipe.producer_get_barrier(st)), k_src(load_shift(n_block))(_, _, _, n_block),
+      copy(p.tma_k.with(*pipe.producer_get_barrier(st)), k_src(at.batch, load_shift(n_block))(_, _, _, at.block),
            tKsK(_, _, _, st.index()));
     }
 
@@ -366,8 +402,9 @@ struct FwdMainloop {
       using namespace cute;
       Tensor sV = make_tensor(make_smem_ptr(ss.v.data()), SmemLayoutVt{});
       Tensor tVsV = p.tma_v.get_slice(_0{}).partition_D(sV);
+      const BlockPlace at = place(n_block);
       pipe.producer_acquire(st);
-      copy(p.tma_v.with(*pipe.producer_get_barrier(st)), v_src(load_shift(n_block))(_, _, _, n_block),
+      copy(p.tma_v.with(*pipe.producer_get_barrier(st)), v_src(at.batch, load_shift(n_block))(_, _, _, at.block),
            tVsV(_, _, _, st.index()));
     }
 

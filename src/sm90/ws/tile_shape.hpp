@@ -13,6 +13,7 @@
 #include <cutlass/numeric_types.h>
 
 #include "hopattn/hopattn.hpp"
+#include "sm90/ws/key_tile.hpp"
 
 namespace hopattn::sm90::ws {
 
@@ -85,12 +86,9 @@ struct FwdWsConfig : WsSchedule<kFlags> {
   // consumer warpgroups (192 rows): its S/O fragments are small, so 160 registers per consumer
   // thread suffice and the third warpgroup amortises each K/V tile over more rows.
   static constexpr int kBlockM = kHeadDim == 64 ? 192 : 128;
-  // Keys per pipeline stage, limited by registers (S and the O accumulator live in registers:
-  // d256's 64x256 O leaves room only for a 64x80 S) and by 227 KB of shared memory
-  // (Q + 2 stages of K and V). Causal d128 uses 128 so that diagonal tiles waste less work.
-  // d128 non-causal launches also pick 128 or 160 by seqlen_k (d128_key_tile, fwd_ws_launch.cuh).
-  static constexpr int kBlockN =
-      kBlockNOverride != 0 ? kBlockNOverride : kHeadDim == 64 ? 128 : kHeadDim == 128 ? (kCausal ? 128 : 176) : 80;
+  // Keys per pipeline stage: default_key_tile (key_tile.hpp) says why each. d128 non-causal
+  // launches also pick 128 or 160 by seqlen_k (d128_key_tile, fwd_ws_launch.cuh).
+  static constexpr int kBlockN = kBlockNOverride != 0 ? kBlockNOverride : default_key_tile(kHeadDim, kCausal);
   static constexpr int kStages = 2;  // double-buffered K and V: one tile in use, one in flight
 
   static constexpr int kNumConsumerWG = kBlockM / 64;

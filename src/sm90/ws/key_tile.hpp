@@ -1,0 +1,16 @@
+// The 16-bit forward kernel's default key tile per (head dim, mask), in a header without CUDA so that
+// host code (the KV-cache route's page-size rule, its CPU tests) reads the same numbers the kernel
+// configuration (FwdWsConfig, tile_shape.hpp) is built from.
+#pragma once
+
+namespace hopattn::sm90::ws {
+
+// Keys per pipeline stage, limited by registers (S and the O accumulator live in registers: d256's
+// 64x256 O leaves room only for a 64x80 S) and by 227 KB of shared memory (Q + 2 stages of K and
+// V). Causal d128 uses 128 so that diagonal tiles waste less work. `masked`: the causal, window and
+// softcap kernels (all built on the causal configuration).
+constexpr int default_key_tile(int head_dim, bool masked) {
+  return head_dim == 64 ? 128 : head_dim == 128 ? (masked ? 128 : 176) : 80;
+}
+
+}  // namespace hopattn::sm90::ws
