@@ -355,10 +355,12 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, k=None, v=None, p
 
     Kernels: split-KV decoding for few query tokens; from 32 query tokens per sequence on a
     contiguous cache, the forward (FlashAttention-3) kernel, within 1-3% of hopattn.attention on the
-    same keys and 3.3-3.7x faster than the decode kernel from 128 tokens up (H200). A paged cache, or
-    num_splits > 1, keeps the decode kernel, which chunked prefill runs 3.6-4.6x slower
-    (docs/design-kvcache-prefill.md). Neither kernel reads cache rows past a sequence's keys, so
-    unused cache slots may hold anything, NaN included.
+    same keys and 3.3-3.7x faster than the decode kernel from 128 tokens up (H200). A paged cache
+    takes it too when page_size is a multiple of the kernel's key tile (128 keys at head_dim 64 and
+    at causal head_dim 128; 0-5% below a contiguous cache); smaller pages, or num_splits > 1, keep
+    the decode kernel, which chunked prefill runs 3.6-4.6x slower (docs/design-kvcache-prefill.md).
+    Neither kernel reads cache rows past a sequence's keys, so unused cache slots may hold anything,
+    NaN included.
 
     q: (batch, seqlen_q, heads_q, head_dim). k_cache, v_cache: (batch, max_seqlen_k, heads_kv,
     head_dim), or with page_table (num_pages, page_size, heads_kv, head_dim), any page_size; heads_q
