@@ -357,7 +357,7 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, k=None, v=None, p
     contiguous cache, the forward (FlashAttention-3) kernel, within 1-3% of hopattn.attention on the
     same keys and 3.3-3.7x faster than the decode kernel from 128 tokens up (H200). A paged cache
     takes it too when page_size is a multiple of the kernel's key tile (128 keys at head_dim 64 and
-    at causal head_dim 128; 0-5% below a contiguous cache); smaller pages, or num_splits > 1, keep
+    at causal head_dim 128; 0-10% below a contiguous cache); smaller pages, or num_splits > 1, keep
     the decode kernel, which chunked prefill runs 3.6-4.6x slower (docs/design-kvcache-prefill.md).
     Neither kernel reads cache rows past a sequence's keys, so unused cache slots may hold anything,
     NaN included.
