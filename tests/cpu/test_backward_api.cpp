@@ -394,6 +394,44 @@ TEST(BackwardWorkspace, SizeOfValidProblems) {
   EXPECT_EQ(backward_workspace_size(no_lse), 0u);
 }
 
+// The main kernel's query step per problem, and the per-row padding that must hold whole steps:
+// fixed-length d128 without a mask steps 80 rows (seqlen_q padded to 640, a multiple of 80 and 128);
+// packed batches never do (their per-sequence pad is 128 rows).
+TEST(BackwardWorkspace, QueryStepAndRowPadding) {
+  using sm90::bwd::bwd_query_step;
+  AttnProblem p;
+  p.batch = 2, p.seqlen_q = 1000, p.seqlen_k = 700, p.heads_q = 4, p.heads_kv = 2;
+  const int64_t dims[] = {64, 128, 256};
+  const int want_plain[] = {128, 80, 64};
+  for (int i = 0; i < 3; ++i) {
+    p.head_dim = dims[i];
+    p.causal = false, p.window_left = p.window_right = -1, p.softcap = 0.f;
+    EXPECT_EQ(bwd_query_step(p), want_plain[i]) << "d" << dims[i];
+    const sm90::bwd::WorkspaceLayout w = sm90::bwd::workspace_layout(p);
+    EXPECT_EQ(w.query_step, want_plain[i]);
+    EXPECT_EQ(w.seqlen_q_padded % w.query_step, 0) << "whole steps, d" << dims[i];
+    EXPECT_EQ(w.seqlen_q_padded % sm90::bwd::kRowPadding, 0);
+    EXPECT_GE(w.seqlen_q_padded, p.seqlen_q);
+    EXPECT_EQ(w.seqlen_q_padded, dims[i] == 128 ? 1280 : 1024);
+    // Every mask falls back to the head dim's packed-batch step (64 at d128).
+    for (int mask = 0; mask < 3; ++mask) {
+      AttnProblem m = p;
+      if (mask == 0) m.causal = true, m.window_right = 0;
+      if (mask == 1) m.window_left = 100;
+      if (mask == 2) m.softcap = 30.f;
+      EXPECT_EQ(bwd_query_step(m), dims[i] == 64 ? 128 : 64) << "d" << dims[i] << " mask " << mask;
+      EXPECT_EQ(sm90::bwd::workspace_layout(m).seqlen_q_padded, 1024);
+    }
+  }
+  // Packed batches: the default step, and the 128-row per-sequence pad.
+  static const int32_t cu[3] = {0, 10, 20};
+  p.head_dim = 128;
+  p.cu_seqlens_q = p.cu_seqlens_k = cu;
+  p.total_q = p.total_k = 20;
+  EXPECT_EQ(bwd_query_step(p), 64);
+  EXPECT_EQ(sm90::bwd::workspace_layout(p).query_step, 64);
+}
+
 TEST(BackwardWorkspace, NoDeviceIsReportedAfterValidation) {
   if (has_cuda_device()) GTEST_SKIP() << "a CUDA device is present; this checks the no-device path";
   SKIP_WITHOUT_BACKWARD_KERNEL();
@@ -737,7 +775,7 @@ TEST(BackwardCAbi, GpuCallNeedsOutAndLse) {
 TEST(BackwardCAbi, WorkspaceSizeGrowsWithSeqlenQ) {
   SKIP_WITHOUT_BACKWARD_KERNEL();
   std::size_t previous = 0;
-  for (int64_t sq : {64, 200, 1024}) {
+  for (int64_t sq : {64, 700, 2000}) {  // apart by more than any row padding (640 rows at most)
     BackwardArgs a = valid_args();
     for (TensorRef* t : {&a.q, &a.out, &a.dout, &a.dq}) *t = make_tensor(g_fake_memory, t->dtype, 2, sq, 4, t->sizes[3]);
     a.lse = make_tensor(g_fake_memory, DType::kFP32, 2, 4, sq);

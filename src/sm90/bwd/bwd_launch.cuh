@@ -22,9 +22,10 @@
 namespace hopattn::sm90 {
 namespace bwd {
 
-template <DType kDType, int kHeadDim, bool kCausal, bool kLocal = false, bool kSoftcap = false>
+template <DType kDType, int kHeadDim, bool kCausal, bool kLocal = false, bool kSoftcap = false, int kQueryStep = 0>
 cudaError_t launch_main(const AttnBackwardProblem& bp, const WorkspaceLayout& w, char* ws, cudaStream_t stream) {
-  using Cfg = BwdConfig<kDType, kHeadDim, kCausal, kLocal, kSoftcap>;
+  using Cfg = BwdConfig<kDType, kHeadDim, kCausal, kLocal, kSoftcap, kQueryStep>;
+  if (w.query_step != Cfg::kBlockM) return cudaErrorInvalidValue;  // the workspace is laid out for another step
   using K = BwdKernel<Cfg>;
   const AttnProblem& p = bp.fwd;
   typename K::Params params{};
@@ -49,6 +50,18 @@ cudaError_t launch_main(const AttnBackwardProblem& bp, const WorkspaceLayout& w,
   return cudaGetLastError();
 }
 
+}  // namespace bwd
+
+namespace bwd {
+// dQ from the fp32 accumulator to the caller's tensor, in the fragment order of DqMainloop's kernel.
+template <class DqMainloop>
+cudaError_t postprocess(PrePostParams pp, const AttnProblem& p, const WorkspaceLayout& w, cudaStream_t stream) {
+  pp.m_blocks = int(w.seqlen_q_padded / DqMainloop::kBlockM);  // the postprocess's query blocks
+  const int64_t tiles = p.batch * p.heads_q * pp.m_blocks;
+  if (tiles > INT_MAX) return cudaErrorInvalidConfiguration;
+  bwd_postprocess_kernel<DqMainloop><<<unsigned(tiles), DqMainloop::kdQElems / DqMainloop::kdQPerThread, 0, stream>>>(pp);
+  return cudaGetLastError();
+}
 }  // namespace bwd
 
 template <DType kDType, int kHeadDim>
@@ -99,17 +112,21 @@ cudaError_t run_bwd(const AttnBackwardProblem& bp, void* workspace, cudaStream_t
     // Windowed problems run the local kernel (run-time bounds), causal ones the causal kernel.
     // Softcapped ones run the softcap kernel, itself a local one (its own unit: bwd/softcap_main.hpp).
     const bool local = p.window_left >= 0 || (p.window_right >= 0 && !p.causal);
+    // d128 unmasked fixed-length problems step 80 queries at a time (bwd_query_step), a kernel of
+    // their own with its own dQ fragment order; the others share the head dim's default step.
+    constexpr int kWideStep = bwd::bwd_query_step(kHeadDim, false, false);
+    constexpr bool kHasWideStep = kWideStep != bwd::bwd_query_step(kHeadDim, true, true);
+    const bool wide = kHasWideStep && w.query_step == kWideStep;
     cudaError_t e = p.softcap > 0.f ? bwd::launch_softcap_main<kDType, kHeadDim>(bp, w, ws_bytes, stream)
                     : local      ? bwd::launch_main<kDType, kHeadDim, true, true>(bp, w, ws_bytes, stream)
-                    : p.causal ? bwd::launch_main<kDType, kHeadDim, true>(bp, w, ws_bytes, stream)
-                               : bwd::launch_main<kDType, kHeadDim, false>(bp, w, ws_bytes, stream);
+                    : p.causal   ? bwd::launch_main<kDType, kHeadDim, true>(bp, w, ws_bytes, stream)
+                    : wide       ? bwd::launch_main<kDType, kHeadDim, false, false, false, kWideStep>(bp, w, ws_bytes, stream)
+                                 : bwd::launch_main<kDType, kHeadDim, false>(bp, w, ws_bytes, stream);
     if (e != cudaSuccess) return e;
-    using DqMainloop = bwd::BwdMainloop<bwd::BwdConfig<kDType, kHeadDim, false>>;  // dQ's fragment order
-    pp.m_blocks = int(w.seqlen_q_padded / DqMainloop::kBlockM);  // the postprocess's query blocks
-    const int64_t tiles = p.batch * p.heads_q * pp.m_blocks;
-    if (tiles > INT_MAX) return cudaErrorInvalidConfiguration;
-    bwd::bwd_postprocess_kernel<DqMainloop><<<unsigned(tiles), DqMainloop::kdQElems / DqMainloop::kdQPerThread, 0, stream>>>(pp);
-    return cudaGetLastError();
+    if constexpr (kHasWideStep) {
+      if (wide) return bwd::postprocess<bwd::BwdMainloop<bwd::BwdConfig<kDType, kHeadDim, false, false, false, kWideStep>>>(pp, p, w, stream);
+    }
+    return bwd::postprocess<bwd::BwdMainloop<bwd::BwdConfig<kDType, kHeadDim, false>>>(pp, p, w, stream);
   }
 }
 

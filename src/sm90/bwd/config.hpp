@@ -27,7 +27,9 @@ namespace hopattn::sm90::bwd {
 // causal kernels keep compile-time bounds (as the forward's, tile_shape.hpp).
 // kSoftcap_ (with kLocal_): softcapped scores, and dS times the cap's derivative; like the forward,
 // only in the local kernel (unbounded run-time bounds for a problem without a window).
-template <DType kDType, int kHeadDim_, bool kCausal_, bool kLocal_ = false, bool kSoftcap_ = false>
+// kQueryStep_: the query rows per step (bwd_query_step, workspace.hpp); 0 = the head dim's
+// default, the step of packed batches.
+template <DType kDType, int kHeadDim_, bool kCausal_, bool kLocal_ = false, bool kSoftcap_ = false, int kQueryStep_ = 0>
 struct BwdConfig {
   static_assert(kHeadDim_ == 64 || kHeadDim_ == 128 || kHeadDim_ == 256, "backward head_dim must be 64, 128 or 256");
   using Element = typename ws::ElementOf<kDType>::type;
@@ -38,12 +40,18 @@ struct BwdConfig {
   static_assert(!kSoftcap || kLocal, "softcapping lives in the local (run-time window) kernel only");
   static constexpr bool kSplitHeadDim = kHeadDim == 256;
   // Queries per step: the N of the S^T / dP^T GEMMs and the K of the dK / dV GEMMs. d128: 64 keeps
-  // the transposed scores (32 fp32 per thread each) beside dK and dV (2 x 64 per thread). d64: dK
-  // and dV take only 2 x 32, so 128 queries (S^T, dP^T 64 each) fit and halve the per-step
+  // the transposed scores (32 fp32 per thread each) beside dK and dV (2 x 64 per thread); 80 (40
+  // each) still fits and fills shared memory (fixed-length unmasked batches: bwd_query_step). d64:
+  // dK and dV take only 2 x 32, so 128 queries (S^T, dP^T 64 each) fit and halve the per-step
   // overheads (barriers, dQ staging) per FLOP. d256: 64, bounded by shared memory (Q and dO
   // stages of 64 x 256 are 32 KB each).
-  static constexpr int kBlockM = kHeadDim == 64 ? 128 : 64;
-  static_assert(kRowPadding % kBlockM == 0 && kBlockM % kQueryBlock == 0);
+  static constexpr int kBlockM = kQueryStep_ != 0 ? kQueryStep_ : bwd_query_step(kHeadDim, true, true);
+  static_assert(kBlockM == bwd_query_step(kHeadDim, true, true) ||
+                    (kBlockM == bwd_query_step(kHeadDim, false, false) && !kCausal_ && !kSoftcap_),
+                "a query step that bwd_query_step never picks");
+  // Packed batches pad per sequence to kRowPadding; only the steps that divide it run them.
+  static constexpr bool kPackedOk = kRowPadding % kBlockM == 0;
+  static_assert(kBlockM % 16 == 0 && (kBlockM % kQueryBlock == 0 || kBlockM < 2 * kQueryBlock));
   // Keys per CTA: one 64-row WGMMA slice per consumer warpgroup (key split), or one for both.
   static constexpr int kBlockN = kSplitHeadDim ? 64 : 128;
   static constexpr int kStages = 2;  // Q (+ lse) and dO (+ D) double-buffered

@@ -99,7 +99,7 @@ __device__ __forceinline__ void consume_head_split(const typename BwdKernel<Cfg>
         Tensor tPrP = cute::make_tensor<Element>(tSrS.layout());             // P^T (or dS^T) as 16-bit values
         Tensor tdVrPt_buf = tdVrPt(_, _, _, buf);  // wgmma_issue takes its A operand by reference
         Tensor tdKrdSt_buf = tdKrdSt(_, _, _, buf);
-        Tensor tdQrdS_buf = op.ds(_, _, _, buf);
+        Tensor tdQrdS_buf = op.dq_a(_, _, _, buf);
         if (score_side) {
           pipe_q.consumer_wait(st);
           ws::wgmma_issue<true>(mma_sdp, op.k, op.q(_, _, _, st.index()), tSrS);
@@ -152,7 +152,7 @@ __device__ __forceinline__ void consume_head_split(const typename BwdKernel<Cfg>
         }
         ws::wgmma_issue<false>(mma_dkv, tdKrdSt_buf, op.q_t(_, _, _, st.index()), tdKrdK);
         Tensor tdQrdQ = partition_fragment_C(mma_dq, Shape<BM, HD>{});
-        ws::wgmma_issue<true>(mma_dq, tdQrdS_buf, op.k_t, tdQrdQ);
+        ws::wgmma_issue<true>(mma_dq, tdQrdS_buf, op.dq_b, tdQrdQ);
         warpgroup_wait<0>();  // this warpgroup's dV, dK, dQ done: its halves of Q and dO are free
 
         // dQ (unscaled) into the fp32 accumulator. Staged in fragment order (Mainloop::dq_offset)

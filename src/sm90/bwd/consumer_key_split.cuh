@@ -101,23 +101,30 @@ __device__ __forceinline__ void consume_key_split(const typename BwdKernel<Cfg>:
         ws::wgmma_issue<false>(mma_dkv, tdSrdS, op.q_t(_, _, _, st.index()), tdKrdK);
 
         // dS^T to shared memory with stmatrix (8x8 16-bit tiles in accumulator order, the same
-        // store the forward epilogue uses for O), then dQ = dS K over both warpgroups' keys: each
+        // store the forward epilogue uses for O; transposing when the keys are the contiguous
+        // mode, kdQSwapAB), then dQ = dS K (or dQ^T = K^T dS^T) over both warpgroups' keys: each
         // warpgroup computes half of head_dim. Thread 0 first makes sure the previous step's
         // bulk reduce has finished reading the dQ staging buffer, which is rewritten below.
         {
           Tensor tdSrdS_acc = make_tensor(tdSrdS.data(), tdPrdP.layout());
           Tensor sdSt_buf = make_tensor(make_smem_ptr(ss.ds.data() + ds_buf * (kBlockN * kBlockM)),
                                         take<0, 2>(typename Mainloop::SmemLayoutdSt{}));
-          auto smem_copy = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, mma_sdp);
+          using StoreAtom = std::conditional_t<Mainloop::kdQSwapAB, SM90_U16x8_STSM_T, SM90_U32x4_STSM_N>;
+          auto smem_copy = make_tiled_copy_C(Copy_Atom<StoreAtom, Element>{}, mma_sdp);
           auto thr_copy = smem_copy.get_thread_slice(thread_idx);
           copy(smem_copy, thr_copy.retile_S(tdSrdS_acc), thr_copy.partition_D(sdSt_buf));
         }
         if (thread_idx == 0) tma_store_wait<0>();
         cutlass::arch::fence_view_async_shared();  // generic-proxy stores -> WGMMA (async proxy)
         cutlass::arch::NamedBarrier::sync(Cfg::kNumMmaThreads, barrier_id(BwdBarrier::kdSReady));
-        Tensor tdQrdQ = partition_fragment_C(mma_dq, Shape<BM, HD>{});
-        Tensor tdQrdS_buf = op.ds(_, _, _, ds_buf);
-        ws::wgmma_issue<true>(mma_dq, tdQrdS_buf, op.k_t, tdQrdQ);
+        Tensor tdQrdQ = partition_fragment_C(mma_dq, typename Mainloop::dQTileShape{});
+        if constexpr (Mainloop::kdQSwapAB) {
+          Tensor tdQrdS_buf = op.dq_b(_, _, _, ds_buf);
+          ws::wgmma_issue<true>(mma_dq, op.dq_a, tdQrdS_buf, tdQrdQ);
+        } else {
+          Tensor tdQrdS_buf = op.dq_a(_, _, _, ds_buf);
+          ws::wgmma_issue<true>(mma_dq, tdQrdS_buf, op.dq_b, tdQrdQ);
+        }
         warpgroup_wait<0>();  // dV, dK, dQ done: Q and dO of this stage are no longer read
         pipe_q.consumer_release(st);
         pipe_do.consumer_release(st);

@@ -25,6 +25,21 @@
 
 namespace hopattn::sm90::bwd {
 
+// The dS^T buffers (two) as written, St (keys, queries), and as the dQ GEMM reads them, S
+// (queries, keys): the same bytes. Queries contiguous unless kKeysInner (BwdMainloop::kdQSwapAB).
+template <class Element, class BN, class BM, bool kKeysInner>
+struct dSLayouts {
+  using St = decltype(cute::tile_to_shape(cute::GMMA::Layout_K_SW128_Atom<Element>{}, cute::Shape<BN, BM, cute::_2>{}));
+  using S = decltype(cute::tile_to_shape(cute::GMMA::Layout_MN_SW128_Atom<Element>{}, cute::Shape<BM, BN, cute::_2>{},
+                                         cute::Step<cute::_2, cute::_1, cute::_3>{}));
+};
+template <class Element, class BN, class BM>
+struct dSLayouts<Element, BN, BM, true> {
+  using S = decltype(cute::tile_to_shape(cute::GMMA::Layout_K_SW128_Atom<Element>{}, cute::Shape<BM, BN, cute::_2>{}));
+  using St = decltype(cute::tile_to_shape(cute::GMMA::Layout_MN_SW128_Atom<Element>{}, cute::Shape<BN, BM, cute::_2>{},
+                                          cute::Step<cute::_2, cute::_1, cute::_3>{}));
+};
+
 template <class Cfg>
 struct BwdMainloop {
   using Element = typename Cfg::Element;
@@ -46,13 +61,23 @@ struct BwdMainloop {
   using SmemLayoutQ = decltype(cute::tile_to_shape(cute::GMMA::Layout_K_SW128_Atom<Element>{}, cute::Shape<BM, HD, ST>{}));
   using SmemLayoutQt = decltype(cute::tile_to_shape(cute::GMMA::Layout_MN_SW128_Atom<Element>{},
                                                     cute::Shape<HD, BM, ST>{}, cute::Step<cute::_2, cute::_1, cute::_3>{}));
-  // dS^T (and, head_dim split, P^T) as written from the accumulators: (keys, queries), queries
-  // contiguous, the K-major A operand of dK (dV); dS^T is read back by the dQ GEMM as the MN-major
-  // A operand (queries, keys). Two buffers each.
-  using SmemLayoutdSt = decltype(cute::tile_to_shape(cute::GMMA::Layout_K_SW128_Atom<Element>{}, cute::Shape<BN, BM, cute::_2>{}));
-  using SmemLayoutdS = decltype(cute::tile_to_shape(cute::GMMA::Layout_MN_SW128_Atom<Element>{},
-                                                    cute::Shape<BM, BN, cute::_2>{}, cute::Step<cute::_2, cute::_1, cute::_3>{}));
-  using SmemLayoutRow = cute::Layout<cute::Shape<BM, ST>>;  // lse or D of one query block per stage
+  // dQ transposed: dQ^T = K^T dS^T, head_dim on the WGMMA M side (64 per warpgroup) and the queries
+  // on N. Needed when the step is not a multiple of 64 queries (80 at d128), since dQ = dS K puts
+  // the queries on M, 64 rows per warpgroup atom.
+  static constexpr bool kdQSwapAB = kBlockM % 64 != 0;
+  // dS^T (and, head_dim split, P^T) as written from the accumulators: (keys, queries). Two buffers
+  // each.
+  // - dQ = dS K: queries contiguous, the K-major A operand of dK (head_dim split); read back by the
+  //   dQ GEMM as the MN-major A operand (queries, keys).
+  // - dQ^T = K^T dS^T: keys contiguous (a 128-byte swizzle needs a multiple of 64 elements along the
+  //   contiguous mode, which the keys have and 80 queries have not), read by the dQ GEMM as the
+  //   K-major B operand (queries, keys); written through a transposing stmatrix.
+  using SmemLayoutdSt = typename dSLayouts<Element, BN, BM, kdQSwapAB>::St;
+  using SmemLayoutdS = typename dSLayouts<Element, BN, BM, kdQSwapAB>::S;
+  // lse or D of one query block per stage; each stage starts on a 128-byte boundary, the alignment
+  // a TMA destination in shared memory needs (80 floats are 320 bytes).
+  static constexpr int kRowStageStride = (kBlockM + 31) / 32 * 32;
+  using SmemLayoutRow = cute::Layout<cute::Shape<BM, ST>, cute::Stride<cute::_1, cute::Int<kRowStageStride>>>;
   // dQ of one step on its way to the fp32 accumulator, in the order the accumulator fragments hold
   // it: value v of consumer thread t at ((v / 4) * kNumMmaThreads + t) * 4 + v % 4, so that each
   // warp's 16-byte stores are consecutive (conflict-free) and one bulk reduce-add moves the tile.
@@ -90,10 +115,18 @@ struct BwdMainloop {
                                                            cute::GMMA::Major::K, cute::GMMA::Major::MN>());
   using TiledMmadKV = std::conditional_t<Cfg::kSplitHeadDim, decltype(cute::make_tiled_mma(AtomdKVSmemA{}, WarpGroupsAlongN{})),
                                          decltype(cute::make_tiled_mma(AtomdKVRegA{}, WarpGroupsAlongM{}))>;
-  // dQ: (queries, head_dim), K = keys; the two warpgroups split head_dim.
+  // dQ: (queries, head_dim), K = keys; the two warpgroups split head_dim. Transposed (kdQSwapAB):
+  // dQ^T (head_dim, queries), A = K^T (MN-major), B = dS (K-major), one 64-row head_dim slice per
+  // warpgroup.
   using AtomdQ = decltype(cute::GMMA::ss_op_selector<Element, Element, float, cute::Shape<cute::_64, cute::Int<kHeadDim / 2>, BN>,
                                                      cute::GMMA::Major::MN, cute::GMMA::Major::MN>());
-  using TiledMmadQ = decltype(cute::make_tiled_mma(AtomdQ{}, WarpGroupsAlongN{}));
+  using AtomdQt = decltype(cute::GMMA::ss_op_selector<Element, Element, float, cute::Shape<cute::_64, BM, BN>,
+                                                      cute::GMMA::Major::MN, cute::GMMA::Major::K>());
+  using TiledMmadQ = std::conditional_t<kdQSwapAB, decltype(cute::make_tiled_mma(AtomdQt{}, WarpGroupsAlongM{})),
+                                        decltype(cute::make_tiled_mma(AtomdQ{}, WarpGroupsAlongN{}))>;
+  static_assert(!kdQSwapAB || kHeadDim == 64 * Cfg::kNumConsumerWG, "dQ^T: one 64-row head_dim slice per warpgroup");
+  // The dQ accumulator tile as the dQ GEMM computes it: (queries, head_dim), or transposed.
+  using dQTileShape = std::conditional_t<kdQSwapAB, cute::Shape<HD, BM>, cute::Shape<BM, HD>>;
   static_assert(Cfg::kNumConsumerWG == 2, "dQ splits head_dim over exactly two warpgroups");
 
   // Global views: (seq, head_dim, head, batch) with the caller's strides; the padded per-row
@@ -269,6 +302,18 @@ struct BwdMainloop {
   template <class Thr, class Layout>
   using FragB = decltype(std::declval<Thr&>().partition_fragment_B(std::declval<SmemTensor<Layout>&>()));
 
+  // The dQ GEMM's operand fragments (only the orientation kdQSwapAB picks is instantiated).
+  template <class ThrdQ, bool kSwap = kdQSwapAB>
+  struct DqOperands {
+    using A = FragA<ThrdQ, SmemLayoutdS>;
+    using B = FragB<ThrdQ, SmemLayoutKt>;
+  };
+  template <class ThrdQ>
+  struct DqOperands<ThrdQ, true> {
+    using A = FragA<ThrdQ, SmemLayoutKt>;
+    using B = FragB<ThrdQ, SmemLayoutdS>;
+  };
+
   // The shared-memory operands of the GEMMs common to both variants, as one thread's WGMMA
   // descriptors (each operand in the orientation its GEMM reads), and the per-row lse and D.
   template <class ThrSdP, class ThrdKV, class ThrdQ>
@@ -279,8 +324,9 @@ struct BwdMainloop {
     FragB<ThrSdP, SmemLayoutQ> dout;
     FragB<ThrdKV, SmemLayoutQt> dout_t;  // dV += P^T dO
     FragB<ThrdKV, SmemLayoutQt> q_t;     // dK += dS^T Q
-    FragA<ThrdQ, SmemLayoutdS> ds;      // dQ = dS K
-    FragB<ThrdQ, SmemLayoutKt> k_t;
+    // dQ = dS K (A = dS, B = K), or dQ^T = K^T dS^T (A = K^T, B = dS).
+    typename DqOperands<ThrdQ>::A dq_a;
+    typename DqOperands<ThrdQ>::B dq_b;
     SmemRowTensor lse, dpsum;
 
     __device__ Operands(SharedStorage& ss, ThrSdP& sdp, ThrdKV& dkv, ThrdQ& dq)
@@ -290,10 +336,19 @@ struct BwdMainloop {
           dout(sdp.partition_fragment_B(smem<SmemLayoutQ>(ss.dout.data()))),
           dout_t(dkv.partition_fragment_B(smem<SmemLayoutQt>(ss.dout.data()))),
           q_t(dkv.partition_fragment_B(smem<SmemLayoutQt>(ss.q.data()))),
-          ds(dq.partition_fragment_A(smem<SmemLayoutdS>(ss.ds.data()))),
-          k_t(dq.partition_fragment_B(smem<SmemLayoutKt>(ss.k.data()))),
+          dq_a(dq_operand_a(dq, ss)),
+          dq_b(dq_operand_b(dq, ss)),
           lse(cute::make_tensor(cute::make_smem_ptr(ss.lse.data()), SmemLayoutRow{})),
           dpsum(cute::make_tensor(cute::make_smem_ptr(ss.dpsum.data()), SmemLayoutRow{})) {}
+
+    __device__ static auto dq_operand_a(ThrdQ& dq, SharedStorage& ss) {
+      if constexpr (kdQSwapAB) return dq.partition_fragment_A(smem<SmemLayoutKt>(ss.k.data()));
+      else return dq.partition_fragment_A(smem<SmemLayoutdS>(ss.ds.data()));
+    }
+    __device__ static auto dq_operand_b(ThrdQ& dq, SharedStorage& ss) {
+      if constexpr (kdQSwapAB) return dq.partition_fragment_B(smem<SmemLayoutdS>(ss.ds.data()));
+      else return dq.partition_fragment_B(smem<SmemLayoutKt>(ss.k.data()));
+    }
   };
 
   // ---- producer (one elected thread) ------------------------------------------------------------

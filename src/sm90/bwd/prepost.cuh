@@ -63,9 +63,10 @@ __global__ void __launch_bounds__(256) bwd_preprocess_kernel(const PrePostParams
   const int head = int((row_id / p.seqlen_q_padded) % p.heads_q);
   const int batch = int(row_id / (int64_t(p.seqlen_q_padded) * p.heads_q));
   const QueryRows q = query_rows(p, batch);
-  // The main kernel reads whole query blocks of each sequence (kRowPadding covers both sizes);
-  // varlen grids cover max_seqlen_q, so shorter sequences end earlier.
-  if (row >= (q.len + kRowPadding - 1) / kRowPadding * kRowPadding) return;
+  // The main kernel reads whole query blocks of each sequence: fixed-length ones up to
+  // seqlen_q_padded (every row of the grid), packed ones up to the sequence's kRowPadding multiple
+  // (varlen grids cover max_seqlen_q, so shorter sequences end earlier).
+  if (p.cu_q != nullptr && row >= (q.len + kRowPadding - 1) / kRowPadding * kRowPadding) return;
   const int64_t w = p.rows.base(batch, q.offset) + head * p.rows.head_stride + row;  // workspace row
   float dot = 0.f;
   float lse2 = INFINITY;  // pad rows, rows past seqused and rows with no key: P = exp2(s - inf) = 0
@@ -101,7 +102,7 @@ __global__ void __launch_bounds__(Mainloop::kdQElems / Mainloop::kdQPerThread)
   using namespace cute;
   using Element = typename Mainloop::Element;
   constexpr int kThreads = Mainloop::kdQElems / Mainloop::kdQPerThread;
-  constexpr int kBlockM = Mainloop::kBlockM, kHeadDim = Mainloop::kHeadDim;
+  constexpr int kBlockM = Mainloop::kBlockM;
   const int64_t grid_tile = blockIdx.x;  // (batch, head, m_block) flattened
   const int m_block = int(grid_tile % p.m_blocks);
   const int head = int((grid_tile / p.m_blocks) % p.heads_q);
@@ -112,7 +113,8 @@ __global__ void __launch_bounds__(Mainloop::kdQElems / Mainloop::kdQPerThread)
   const int64_t tile = (p.rows.base(batch, q.offset) + head * p.rows.head_stride) / kBlockM + m_block;
   const int t = threadIdx.x;
   typename Mainloop::TiledMmadQ mma_dq;
-  Tensor coords = mma_dq.get_thread_slice(t).partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+  // (query, column) of each fragment value; the transposed dQ GEMM's fragments hold (column, query).
+  Tensor coords = mma_dq.get_thread_slice(t).partition_C(make_identity_tensor(typename Mainloop::dQTileShape{}));
   static_assert(decltype(size(coords))::value == Mainloop::kdQPerThread);
   const float* acc = p.dq_accum + tile * Mainloop::kdQElems;
   float v[Mainloop::kdQPerThread];
@@ -123,15 +125,23 @@ __global__ void __launch_bounds__(Mainloop::kdQElems / Mainloop::kdQPerThread)
   }
   Element* dq = static_cast<Element*>(p.dq) + batch * p.dq_stride[0] + int64_t(q.offset) * p.dq_stride[1] +
                 head * p.dq_stride[2];
+  if constexpr (Mainloop::kdQSwapAB) {  // adjacent fragment values are adjacent queries: one at a time
 #pragma unroll
-  for (int i = 0; i < Mainloop::kdQPerThread; i += 2) {  // fragment columns come in adjacent pairs
-    const int row = m_block * kBlockM + get<0>(coords(i));
-    if (row < q.len) {
-      cutlass::Array<float, 2> pair;
-      pair[0] = v[i] * p.scale;
-      pair[1] = v[i + 1] * p.scale;
-      *reinterpret_cast<cutlass::Array<Element, 2>*>(dq + row * p.dq_stride[1] + get<1>(coords(i))) =
-          cutlass::NumericArrayConverter<Element, float, 2>{}(pair);
+    for (int i = 0; i < Mainloop::kdQPerThread; ++i) {
+      const int row = m_block * kBlockM + get<1>(coords(i));
+      if (row < q.len) dq[row * p.dq_stride[1] + get<0>(coords(i))] = static_cast<Element>(v[i] * p.scale);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < Mainloop::kdQPerThread; i += 2) {  // fragment columns come in adjacent pairs
+      const int row = m_block * kBlockM + get<0>(coords(i));
+      if (row < q.len) {
+        cutlass::Array<float, 2> pair;
+        pair[0] = v[i] * p.scale;
+        pair[1] = v[i + 1] * p.scale;
+        *reinterpret_cast<cutlass::Array<Element, 2>*>(dq + row * p.dq_stride[1] + get<1>(coords(i))) =
+            cutlass::NumericArrayConverter<Element, float, 2>{}(pair);
+      }
     }
   }
 }

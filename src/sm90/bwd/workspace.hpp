@@ -5,16 +5,38 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <numeric>
 
 #include "api/problem.hpp"
 
 namespace hopattn::sm90::bwd {
 
-// Query rows per step of the main kernel's loop are 64 or 128 (BwdConfig::kBlockM); every per-row
-// array is padded to kRowPadding, a multiple of both, and there is one semaphore per kQueryBlock
-// (the smaller) rows, enough for either.
+// Query rows per step of the main kernel's loop are 64, 80 or 128 (BwdConfig::kBlockM, chosen by
+// bwd_query_step). Packed batches pad every sequence's per-row arrays to kRowPadding, a multiple of
+// 64 and 128; fixed-length ones pad seqlen_q to row_padding(step), a multiple of the step too. There
+// is one semaphore per kQueryBlock (the smallest multiple of 16 that every step's tile index maps
+// onto uniquely) rows, enough for any step.
 inline constexpr int64_t kQueryBlock = 64;
 inline constexpr int64_t kRowPadding = 128;
+
+// The main kernel's query rows per step for a problem (BwdConfig's kQueryStep):
+// - d64: 128 (dK and dV take 2 x 32 fp32 per thread, so 128-query transposed scores fit);
+// - d128 without a mask (causal, window or softcap) on fixed-length batches: 80, FlashAttention-3's
+//   step there: 25% more work per step than 64 for the same per-step barriers and dQ hand-off. It
+//   needs the dQ GEMM transposed (WGMMA's M is 64 per warpgroup; see BwdMainloop::kdQSwapAB) and
+//   per-row arrays padded to a multiple of 80, which fixed-length batches can afford and packed ones
+//   (one pad per sequence) cannot;
+// - otherwise 64.
+inline constexpr int bwd_query_step(int64_t head_dim, bool masked, bool packed) {
+  return head_dim == 64 ? 128 : (head_dim == 128 && !masked && !packed ? 80 : 64);
+}
+inline bool bwd_masked(const AttnProblem& p) {
+  return p.causal || p.masked() || p.softcap > 0.f;
+}
+inline int bwd_query_step(const AttnProblem& p) { return bwd_query_step(p.head_dim, bwd_masked(p), p.varlen()); }
+// Fixed-length batches: seqlen_q is padded to a multiple of this (whole tiles of `step` rows, and
+// of kRowPadding so that the semaphores and the 64/128-row kernels' tiles stay aligned).
+inline constexpr int64_t row_padding(int step) { return std::lcm(kRowPadding, int64_t(step)); }
 
 // Where the per-row arrays keep the rows of (batch entry b, query head h): row r of the sequence is
 // at base(b, offset_q) + h * head_stride + r. Fixed-length batches: (batch, heads, seqlen_q_padded)
@@ -35,7 +57,8 @@ struct RowLayout {
 };
 
 struct WorkspaceLayout {
-  int64_t seqlen_q_padded = 0;  // seqlen_q rounded up to kRowPadding (varlen: max_seqlen_q's)
+  int64_t seqlen_q_padded = 0;  // seqlen_q rounded up to row_padding(step) (varlen: max_seqlen_q to kRowPadding)
+  int query_step = 0;           // the main kernel's kBlockM (bwd_query_step)
   int64_t m_blocks = 0;         // seqlen_q_padded / kQueryBlock
   RowLayout rows;
   // Byte offsets into the workspace (each 256-byte aligned) and the total.
@@ -51,7 +74,9 @@ inline std::size_t align256(std::size_t x) { return (x + 255) / 256 * 256; }
 
 inline WorkspaceLayout workspace_layout(const AttnProblem& p) {
   WorkspaceLayout w;
-  w.seqlen_q_padded = (p.seqlen_q + kRowPadding - 1) / kRowPadding * kRowPadding;
+  w.query_step = bwd_query_step(p);
+  const int64_t pad = p.varlen() ? kRowPadding : row_padding(w.query_step);
+  w.seqlen_q_padded = (p.seqlen_q + pad - 1) / pad * pad;
   w.m_blocks = w.seqlen_q_padded / kQueryBlock;
   if (p.varlen()) {
     w.rows = {RowLayout::padded_total(p.total_q, p.batch), 0, true};
