@@ -66,9 +66,14 @@ struct BwdConfig {
 // Named barriers (CUTLASS's user range; see ws/named_barriers.hpp).
 enum class BwdBarrier : unsigned {
   kdSReady = 0,   // dS^T is in shared memory (key split: both slices): the dK (head split) and dQ GEMMs may read it
-  kdQReady = 1,   // both consumer warpgroups staged their dQ: one thread may issue the bulk reduce-add
+  kdQReady = 1,   // head_dim split, deterministic mode: both warpgroups' halves are added; the turn may pass
   kPReady = 2,    // head_dim split: warpgroup 0 wrote P^T; warpgroup 1 may read it
   kdQStagedWG0 = 3,  // head_dim split, one per consumer warpgroup (3, 4): its 128 threads staged their dQ half
+  // Key split: the dQ writer warp (producer warpgroup) and the consumers hand the staging buffer
+  // back and forth: Full (consumers arrive, the writer syncs) and Empty (the writer arrives once
+  // its bulk add has read the buffer, the consumers sync before staging the next step).
+  kdQFull = 5,
+  kdQEmpty = 6,
 };
 
 __device__ __forceinline__ unsigned barrier_id(BwdBarrier b) { return static_cast<unsigned>(b); }

@@ -114,7 +114,6 @@ __device__ __forceinline__ void consume_key_split(const typename BwdKernel<Cfg>:
           auto thr_copy = smem_copy.get_thread_slice(thread_idx);
           copy(smem_copy, thr_copy.retile_S(tdSrdS_acc), thr_copy.partition_D(sdSt_buf));
         }
-        if (thread_idx == 0) tma_store_wait<0>();
         cutlass::arch::fence_view_async_shared();  // generic-proxy stores -> WGMMA (async proxy)
         cutlass::arch::NamedBarrier::sync(Cfg::kNumMmaThreads, barrier_id(BwdBarrier::kdSReady));
         Tensor tdQrdQ = partition_fragment_C(mma_dq, typename Mainloop::dQTileShape{});
@@ -131,36 +130,70 @@ __device__ __forceinline__ void consume_key_split(const typename BwdKernel<Cfg>:
 
         // dQ (unscaled) into the fp32 accumulator: staged in fragment order, then one bulk
         // reduce-add of the whole tile (the L2 does the adds at line rate; per-element atomics
-        // from every thread were the bottleneck). Deterministic mode: key blocks take turns per
-        // query block in a fixed order (BwdKernel::dq_turn), so the fp32 sums are too.
+        // from every thread were the bottleneck), issued by the dQ writer warp (write_dq) so
+        // that the consumers only arrive and go on to the next step. The staging buffer is
+        // free once the writer's previous bulk add has read it (kdQEmpty).
         static_assert(Mainloop::kdQPerThread % 4 == 0);
+        cutlass::arch::NamedBarrier::sync(Cfg::kNumMmaThreads + 32, barrier_id(BwdBarrier::kdQEmpty));
         CUTE_UNROLL
         for (int j = 0; j < Mainloop::kdQPerThread / 4; ++j) {
           *reinterpret_cast<float4*>(ss.dq.data() + Mainloop::dq_offset(thread_idx, 4 * j)) =
               make_float4(tdQrdQ(4 * j), tdQrdQ(4 * j + 1), tdQrdQ(4 * j + 2), tdQrdQ(4 * j + 3));
         }
         cutlass::arch::fence_view_async_shared();  // staged dQ visible to the bulk copy (async proxy)
-        cutlass::arch::NamedBarrier::sync(Cfg::kNumMmaThreads, barrier_id(BwdBarrier::kdQReady));
-        if (thread_idx == 0) {
-          const int64_t tile = K::dq_tile(params, si, head, m);
-          float* dq = params.dq_accum + tile * Mainloop::kdQElems;
-          int* sem = K::dq_semaphore(params, tile);
-          if (params.deterministic) wait_turn(sem, K::dq_turn(params, blk, si, m));
-          bulk_reduce_add_f32(dq, ss.dq.data(), Mainloop::kdQElems * sizeof(float));
-          tma_store_arrive();  // commit the bulk group
-          if (params.deterministic) {
-            bulk_wait_complete();  // the adds are done in global memory, not only read from smem
-            store_release(sem, K::dq_turn(params, blk, si, m) + 1);
-          }
-        }
+        cutlass::arch::NamedBarrier::arrive(Cfg::kNumMmaThreads + 32, barrier_id(BwdBarrier::kdQFull));
         ++st;
         ds_buf ^= 1;
       }
     }
   }
 
-  if (thread_idx == 0) tma_store_wait<0>();  // shared memory must outlive the last bulk read
   store_dk_dv<Cfg>(params, blk, si, thr_dkv, tdKrdK, tdVrdV);
+}
+
+// The dQ writer warp of the key split (a producer-warpgroup warp): for every step the consumers
+// run, it waits for their staged dQ (kdQFull), adds it to the fp32 accumulator with one bulk
+// reduce-add, and hands the staging buffer back (kdQEmpty) once the add has read it. The
+// consumers arrive and sync on those barriers instead of meeting each other there.
+// Deterministic mode: key blocks take turns per query block in a fixed order
+// (BwdKernel::dq_turn), so the fp32 sums are too; the turn waits stall this warp only.
+template <class Cfg>
+__device__ __forceinline__ void write_dq(const typename BwdKernel<Cfg>::Params& params,
+                                         typename BwdKernel<Cfg>::SharedStorage& ss) {
+  using K = BwdKernel<Cfg>;
+  using Mainloop = typename K::Mainloop;
+  using cute::tma_store_arrive, cute::tma_store_wait;
+  const auto& mp = params.mainloop;
+  const typename K::Block blk = K::block(params);
+  const typename Mainloop::SeqInfo si = Mainloop::seq_info(mp, blk.batch);
+  const auto range = Mainloop::query_range(si, blk.n_block);
+  if (range.m_begin >= range.m_end) return;  // the consumers run no step either
+  const bool leader = cute::elect_one_sync();
+  const unsigned threads = Cfg::kNumMmaThreads + 32;
+  cutlass::arch::NamedBarrier::arrive(threads, barrier_id(BwdBarrier::kdQEmpty));  // the buffer starts free
+  for (int g = 0; g < mp.group; ++g) {
+    const int head = blk.kv_head * mp.group + g;
+    for (int m = range.m_begin; m < range.m_end; ++m) {
+      cutlass::arch::NamedBarrier::sync(threads, barrier_id(BwdBarrier::kdQFull));
+      if (leader) {
+        const int64_t tile = K::dq_tile(params, si, head, m);
+        int* sem = K::dq_semaphore(params, tile);
+        if (params.deterministic) wait_turn(sem, K::dq_turn(params, blk, si, m));
+        bulk_reduce_add_f32(params.dq_accum + tile * Mainloop::kdQElems, ss.dq.data(), Mainloop::kdQElems * sizeof(float));
+        tma_store_arrive();  // commit the bulk group
+        if (params.deterministic) {
+          bulk_wait_complete();  // the adds are done in global memory, not only read from smem
+          store_release(sem, K::dq_turn(params, blk, si, m) + 1);
+        } else {
+          tma_store_wait<0>();  // read from shared memory: the buffer may be restaged
+        }
+      }
+      __syncwarp();
+      // No hand-back after the last step: every arrive has a matching consumer sync.
+      if (g + 1 < mp.group || m + 1 < range.m_end)
+        cutlass::arch::NamedBarrier::arrive(threads, barrier_id(BwdBarrier::kdQEmpty));
+    }
+  }
 }
 
 }  // namespace hopattn::sm90::bwd

@@ -88,8 +88,11 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
 
   if (warp_group == 0) {
     cutlass::arch::warpgroup_reg_dealloc<Cfg::kProducerRegs>();
-    if (cutlass::canonical_warp_idx_sync() % 4 != 0) return;
-    produce<Cfg>(params, ss, pipe_q, pipe_do);
+    const int warp = cutlass::canonical_warp_idx_sync() % 4;
+    if (warp == 0) produce<Cfg>(params, ss, pipe_q, pipe_do);
+    if constexpr (!Cfg::kSplitHeadDim) {
+      if (warp == 1) write_dq<Cfg>(params, ss);  // the key split's dQ bulk adds
+    }
   } else {
     cutlass::arch::warpgroup_reg_alloc<Cfg::kConsumerRegs>();
     const int thread_idx = threadIdx.x - 128;
