@@ -103,8 +103,8 @@ __device__ __forceinline__ void consume_key_split(const typename BwdKernel<Cfg>:
         // dS^T to shared memory with stmatrix (8x8 16-bit tiles in accumulator order, the same
         // store the forward epilogue uses for O; transposing when the keys are the contiguous
         // mode, kdQSwapAB), then dQ = dS K (or dQ^T = K^T dS^T) over both warpgroups' keys: each
-        // warpgroup computes half of head_dim. Thread 0 first makes sure the previous step's
-        // bulk reduce has finished reading the dQ staging buffer, which is rewritten below.
+        // warpgroup computes half of head_dim. The fence makes the stmatrix stores visible to the
+        // WGMMA's shared-memory reads; the barrier makes both warpgroups' halves of dS^T complete.
         {
           Tensor tdSrdS_acc = make_tensor(tdSrdS.data(), tdPrdP.layout());
           Tensor sdSt_buf = make_tensor(make_smem_ptr(ss.ds.data() + ds_buf * (kBlockN * kBlockM)),

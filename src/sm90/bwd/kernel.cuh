@@ -1,6 +1,6 @@
-// The warp-specialised backward kernel: warpgroup 0 is the producer (one warp issues every TMA
-// load, registers given away with setmaxnreg), warpgroups 1 and 2 are the consumers, splitting the
-// CTA's keys (consumer_key_split.cuh) or head_dim (consumer_head_split.cuh) between them. One CTA
+// The warp-specialised backward kernel: warpgroup 0 is the producer (warp 0 issues every TMA load,
+// warp 1 the key split's dQ bulk adds; registers given away with setmaxnreg), warpgroups 1 and 2
+// the consumers, splitting the CTA's keys (consumer_key_split.cuh) or head_dim between them. One CTA
 // per (key block, kv head, batch); it walks every query block of every query head in the GQA group
 // that sees its keys, in the same order on both sides.
 #pragma once
