@@ -49,8 +49,8 @@ struct BwdConfig {
   static_assert(kBlockM == bwd_query_step(kHeadDim, true, true) ||
                     (kBlockM == bwd_query_step(kHeadDim, false, false) && !kCausal_ && !kSoftcap_),
                 "a query step that bwd_query_step never picks");
-  // Packed batches pad per sequence to kRowPadding; only the steps that divide it run them.
-  static constexpr bool kPackedOk = kRowPadding % kBlockM == 0;
+  // Tile t's turn counter is semaphore t * (kBlockM / kQueryBlock) (BwdKernel::dq_semaphore): one per
+  // tile and inside the per-kQueryBlock array when the step is a multiple of it or below twice it.
   static_assert(kBlockM % 16 == 0 && (kBlockM % kQueryBlock == 0 || kBlockM < 2 * kQueryBlock));
   // Keys per CTA: one 64-row WGMMA slice per consumer warpgroup (key split), or one for both.
   static constexpr int kBlockN = kSplitHeadDim ? 64 : 128;
