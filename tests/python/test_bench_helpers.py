@@ -164,9 +164,27 @@ def test_compare_parses_args_without_torch():
     assert compare.parse_args(["--direction", "both"]).direction == "both"
     assert compare.parse_args([]).bwd_ref_max_seqlen == common.ALL_SEQLENS[-1]
     assert compare.parse_args(["--bwd-ref-max-seqlen", "4k"]).bwd_ref_max_seqlen == 4096
-    for bad in (["--direction", "sideways"], ["--bwd-ref-max-seqlen", "1k,2k"]):
+    for bad in (["--direction", "sideways"], ["--bwd-ref-max-seqlen", "1k,2k"], ["--burn-seconds", "x"]):
         with pytest.raises(SystemExit):
             compare.parse_args(bad)
+    # Every timing runs after a matmul burn unless it is switched off (the pre-2026-12-02 protocol).
+    assert compare.parse_args([]).burn_seconds == 0.5
+    assert compare.parse_args(["--burn-seconds", "0"]).burn_seconds == 0.0
+
+
+def test_power_burn_off_touches_no_gpu():
+    spec = importlib.util.spec_from_file_location("bench_compare", common.__file__.replace("common.py", "compare.py"))
+    compare = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(compare)
+
+    class NoTorch:
+        def __getattr__(self, name):
+            raise AssertionError(f"power_burn(0) used torch.{name}")
+
+    compare.power_burn(NoTorch(), 0)
+    compare.power_burn(NoTorch(), -1.0)
+    with pytest.raises(AssertionError):
+        compare.power_burn(NoTorch(), 0.1)
 
 
 def test_plot_writes_png(tmp_path):
