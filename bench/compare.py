@@ -57,9 +57,10 @@ def parse_args(argv=None):
     p.add_argument("--out-dir", default=str(REPO_ROOT / "docs" / "bench"))
     p.add_argument("--tag", default=None, help="appended to the output file names")
     p.add_argument("--no-plot", action="store_true")
-    p.add_argument("--burn-seconds", type=float, default=0.5,
-                   help="matmul burn before each timing, so every implementation is timed in the GPU's "
-                        "sustained power-capped state (default %(default)s; 0: off, the protocol before 2026-12-02)")
+    p.add_argument("--warm-seconds", type=float, default=1.0,
+                   help="each implementation runs back to back this long before it is timed, so it is timed "
+                        "in the power-capped state it sustains (default %(default)s; 0: off, the protocol "
+                        "before 2026-12-02)")
     p.add_argument("--bwd-ref-max-seqlen", type=_one_int, default=common.ALL_SEQLENS[-1],
                    help="backward check: fp32 math reference up to this seqlen (default %(default)s, i.e. the "
                         "whole grid; it is chunked, a few GiB at most); above it, against cuDNN's (or FA2's) gradients")
@@ -100,12 +101,8 @@ def make_events_timer(torch, reps=30, warmup=5, sleep_cycles=0):
 
 
 def power_burn(torch, seconds):
-    """Keeps the GPU busy with 8192^3 bf16 matmuls for `seconds`. The H200 draws its 700 W cap under
-    every attention kernel here, and its power controller lowers the SM clock only after a few
-    hundred ms of load: a kernel timed right after an idle spell (the first point of a process, or
-    one after a long reference computation) runs at the boost clock and reads up to ~10% high
-    (perf-notes "The forward's run-to-run spread"). Burning first puts every timed call in the
-    same sustained, power-capped state that a training or serving job runs in."""
+    """Keeps the GPU busy with 8192^3 bf16 matmuls for `seconds`: takes it out of idle before the
+    first point."""
     if seconds <= 0:
         return
     a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
@@ -117,30 +114,40 @@ def power_burn(torch, seconds):
         torch.cuda.synchronize()
 
 
-def make_timer(torch, burn_seconds=0.0):
+def warm_up(torch, fn, seconds):
+    """Calls fn back to back for `seconds`. The H200 draws its 700 W cap under every attention
+    kernel here, and its power controller settles the SM clock only after a few hundred ms of
+    load: a kernel timed right after an idle spell runs at the boost clock and reads up to ~10%
+    high, and one timed right after a heavier kernel (a matmul burn) starts at that kernel's lower
+    clock and reads low (perf-notes "The forward's run-to-run spread"). After its own warm-up each
+    implementation is timed in the state it sustains, as in a training or serving job."""
+    if seconds <= 0:
+        return
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        for _ in range(4):
+            fn()
+        torch.cuda.synchronize()
+
+
+def make_timer(torch, warm_seconds=0.0):
     """Median milliseconds of fn: triton's do_bench (flushes L2 between runs) if triton imports,
-    else make_events_timer's CUDA events with the same L2 flush. burn_seconds > 0: power_burn
-    that long before each timing."""
+    else make_events_timer's CUDA events with the same L2 flush. warm_seconds > 0: fn runs back to
+    back that long first (warm_up)."""
     try:
         from triton.testing import do_bench
 
-        def timer(fn):
-            power_burn(torch, burn_seconds)
-            return do_bench(fn, warmup=25, rep=100, return_mode="median")
-
-        name = "triton.testing.do_bench median"
-        return timer, name + (f", after a {burn_seconds:g} s matmul burn" if burn_seconds > 0 else "")
+        timer, name = (lambda fn: do_bench(fn, warmup=25, rep=100, return_mode="median")), "triton.testing.do_bench median"
     except ImportError:
-        pass
-    timer, name = make_events_timer(torch)
-    if burn_seconds <= 0:
+        timer, name = make_events_timer(torch)
+    if warm_seconds <= 0:
         return timer, name
 
-    def burned(fn):
-        power_burn(torch, burn_seconds)
+    def warmed(fn):
+        warm_up(torch, fn, warm_seconds)
         return timer(fn)
 
-    return burned, f"{name}, after a {burn_seconds:g} s matmul burn"
+    return warmed, f"{name}, after {warm_seconds:g} s of the same calls back to back"
 
 
 # --- implementations --------------------------------------------------------------------------------
@@ -713,12 +720,12 @@ def main(argv=None):
     grid = common.shape_grid(head_dims, seqlens, common.causal_modes_from_arg(args.causal))
 
     impls = make_fp8_impls(torch) if args.direction == "fp8" else make_impls(torch)
-    timer, timer_name = make_timer(torch, args.burn_seconds)
+    timer, timer_name = make_timer(torch, args.warm_seconds)
     env = environment(torch, timer_name, list(impls))
     print(f"# {env['device']}  torch {env['torch']}  cuDNN {env['cudnn']}  hopattn {env['hopattn_version']}  "
           f"impls {list(impls)}  timing: {timer_name}", flush=True)
 
-    power_burn(torch, 4 * args.burn_seconds)  # from idle to the sustained state before the first point
+    power_burn(torch, 2.0 if args.warm_seconds > 0 else 0.0)  # out of idle before the first point
     if args.direction == "fp8":
         rows = run_fp8(torch, impls, timer, timer_name, env, grid, args)
         return 0 if all(common.check_passed(r["check"]) for r in rows) else 1

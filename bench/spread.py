@@ -10,10 +10,10 @@ rounds alike), of the inputs or addresses (rounds differ), or of the card's stat
 track the figure)?
 
   python3 bench/spread.py --hdim 128 --seqlen 8192 --rounds 6 [--causal] [--direction fwd|bwd]
-      [--burn-seconds 0.5] [--sustain 3]
+      [--warm-seconds 1] [--sustain 3]
 
---burn-seconds runs compare.py's matmul burn before each timing (0: none, as compare.py did before
-2026-12-02). --sustain S then runs each implementation back to back for S seconds (no L2 flush)
+--warm-seconds runs each implementation back to back that long before it is timed, as compare.py
+does (0: none, compare.py's protocol before 2026-12-02). --sustain S then runs each implementation back to back for S seconds (no L2 flush)
 with nvidia-smi sampling every 20 ms, and prints TFLOP/s, the median SM clock and power, and
 TFLOP/s per GHz: work per cycle and the clock the power cap allows, side by side.
 """
@@ -77,7 +77,7 @@ def main(argv=None):
     ap.add_argument("--direction", choices=("fwd", "bwd"), default="fwd")
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--fresh-seed", action="store_true", help="new random inputs every round")
-    ap.add_argument("--burn-seconds", type=float, default=0.0, help="compare.py's matmul burn before each timing")
+    ap.add_argument("--warm-seconds", type=float, default=0.0, help="compare.py's warm-up before each timing")
     ap.add_argument("--sustain", type=float, default=0.0, help="seconds of back-to-back calls per implementation")
     args = ap.parse_args(argv)
 
@@ -87,7 +87,7 @@ def main(argv=None):
     import hopattn
     from compare import make_timer
 
-    timer, _ = make_timer(torch, args.burn_seconds)
+    timer, _ = make_timer(torch, args.warm_seconds)
 
     s, d = args.seqlen, args.hdim
     b, h = max(1, args.tokens // s), args.hidden // d

@@ -164,15 +164,15 @@ def test_compare_parses_args_without_torch():
     assert compare.parse_args(["--direction", "both"]).direction == "both"
     assert compare.parse_args([]).bwd_ref_max_seqlen == common.ALL_SEQLENS[-1]
     assert compare.parse_args(["--bwd-ref-max-seqlen", "4k"]).bwd_ref_max_seqlen == 4096
-    for bad in (["--direction", "sideways"], ["--bwd-ref-max-seqlen", "1k,2k"], ["--burn-seconds", "x"]):
+    for bad in (["--direction", "sideways"], ["--bwd-ref-max-seqlen", "1k,2k"], ["--warm-seconds", "x"]):
         with pytest.raises(SystemExit):
             compare.parse_args(bad)
-    # Every timing runs after a matmul burn unless it is switched off (the pre-2026-12-02 protocol).
-    assert compare.parse_args([]).burn_seconds == 0.5
-    assert compare.parse_args(["--burn-seconds", "0"]).burn_seconds == 0.0
+    # Every timing follows a second of the same calls unless switched off (the pre-2026-12-02 protocol).
+    assert compare.parse_args([]).warm_seconds == 1.0
+    assert compare.parse_args(["--warm-seconds", "0"]).warm_seconds == 0.0
 
 
-def test_power_burn_off_touches_no_gpu():
+def test_warm_up_and_burn_off_touch_no_gpu():
     spec = importlib.util.spec_from_file_location("bench_compare", common.__file__.replace("common.py", "compare.py"))
     compare = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(compare)
@@ -185,6 +185,19 @@ def test_power_burn_off_touches_no_gpu():
     compare.power_burn(NoTorch(), -1.0)
     with pytest.raises(AssertionError):
         compare.power_burn(NoTorch(), 0.1)
+
+    calls = []
+    compare.warm_up(NoTorch(), lambda: calls.append(1), 0)
+    assert not calls
+
+    class SyncOnly:
+        class cuda:
+            @staticmethod
+            def synchronize():
+                pass
+
+    compare.warm_up(SyncOnly(), lambda: calls.append(1), 0.01)
+    assert len(calls) >= 4 and len(calls) % 4 == 0  # back to back, synchronised every four calls
 
 
 def test_plot_writes_png(tmp_path):

@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""Where one call's GPU time goes: each kernel that hopattn's and cuDNN's (torch SDPA) forward or
+backward launches, with its mean time per call and share, from torch.profiler over back-to-back
+calls (after a warm-up of the same calls, as compare.py's protocol). The backward runs three
+kernels (preprocess, main loop, dQ postprocess); this says what the two memory-bound ones cost
+against the main loop, shape by shape.
+
+  python3 bench/kernel_split.py --direction bwd --hdim 128 --seqlens 1k,4k,16k [--causal]
+"""
+import argparse
+import collections
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--direction", choices=("fwd", "bwd"), default="bwd")
+    ap.add_argument("--hdim", type=int, default=128)
+    ap.add_argument("--seqlens", default="1k,4k,16k")
+    ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--calls", type=int, default=20)
+    ap.add_argument("--warm-seconds", type=float, default=1.0)
+    args = ap.parse_args(argv)
+
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.profiler import ProfilerActivity, profile
+    import hopattn
+    from compare import warm_up
+
+    d = args.hdim
+    for s in common.parse_int_list(args.seqlens):
+        b, h = max(1, common.TOTAL_TOKENS // s), common.HIDDEN // d
+        flops = common.direction_flops(args.direction, b, h, s, s, d, args.causal)
+        gen = torch.Generator(device="cuda").manual_seed(99 + s)
+        q, k, v, dout = (torch.randn((b, s, h, d), generator=gen, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+        need_grad = args.direction == "bwd"
+        for t in (q, k, v):
+            t.requires_grad_(need_grad)
+        qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
+        out_h = hopattn.attention(q, k, v, causal=args.causal)
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            out_c = F.scaled_dot_product_attention(qt, kt, vt, is_causal=args.causal).transpose(1, 2)
+        impls = {
+            "hopattn": (lambda: torch.autograd.grad(out_h, (q, k, v), dout, retain_graph=True)) if need_grad
+            else (lambda: hopattn.attention(q, k, v, causal=args.causal)),
+            "cudnn": (lambda: torch.autograd.grad(out_c, (q, k, v), dout, retain_graph=True)) if need_grad
+            else (lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=args.causal)),
+        }
+        print(f"\n{args.direction} d={d} s={s} b={b} h={h} causal={args.causal}")
+        for name, fn in impls.items():
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                warm_up(torch, fn, args.warm_seconds)
+                with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                    for _ in range(args.calls):
+                        fn()
+                    torch.cuda.synchronize()
+            per_kernel = collections.defaultdict(float)
+            for ev in prof.events():
+                if ev.device_type == torch.autograd.DeviceType.CUDA:
+                    per_kernel[ev.name] += ev.device_time_total if hasattr(ev, "device_time_total") else ev.cuda_time_total
+            total = sum(per_kernel.values()) / args.calls
+            if total <= 0:  # this torch names the fields differently: print its own table
+                print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=8))
+                continue
+            print(f"  {name}: {total:.1f} us of kernels per call = {flops / total / 1e6:.1f} TFLOP/s")
+            for kname, us in sorted(per_kernel.items(), key=lambda kv: -kv[1])[:6]:
+                print(f"    {us / args.calls:9.1f} us  {100 * us / args.calls / total:5.1f}%  {kname[:110]}")
+
+
+if __name__ == "__main__":
+    main()
