@@ -125,11 +125,26 @@ __global__ void __launch_bounds__(Mainloop::kdQElems / Mainloop::kdQPerThread)
   }
   Element* dq = static_cast<Element*>(p.dq) + batch * p.dq_stride[0] + int64_t(q.offset) * p.dq_stride[1] +
                 head * p.dq_stride[2];
-  if constexpr (Mainloop::kdQSwapAB) {  // adjacent fragment values are adjacent queries: one at a time
+  if constexpr (Mainloop::kdQSwapAB) {
+    // Adjacent fragment values are adjacent queries, i.e. rows 4 KB or more apart in dq: stored
+    // one by one they would be 2-byte writes scattered over 8 rows per warp instruction. The tile
+    // goes through shared memory instead and leaves in 16-byte row chunks, consecutive across the
+    // warp. The row pitch is padded by 16 bytes, so that the four queries of a warp's fragment
+    // stores fall in different banks.
+    constexpr int kHeadDim = Mainloop::kHeadDim, kPitch = kHeadDim + 8;
+    __shared__ alignas(16) Element tile[kBlockM * kPitch];
 #pragma unroll
-    for (int i = 0; i < Mainloop::kdQPerThread; ++i) {
-      const int row = m_block * kBlockM + get<1>(coords(i));
-      if (row < q.len) dq[row * p.dq_stride[1] + get<0>(coords(i))] = static_cast<Element>(v[i] * p.scale);
+    for (int i = 0; i < Mainloop::kdQPerThread; ++i)
+      tile[get<1>(coords(i)) * kPitch + get<0>(coords(i))] = static_cast<Element>(v[i] * p.scale);
+    __syncthreads();
+    // 16-byte stores are safe: validation (check_tensor) requires dq's base pointer and every
+    // stride of an extent above 1 to be 16-byte multiples, and head_dim is contiguous.
+    constexpr int kChunksPerRow = kHeadDim * int(sizeof(Element)) / 16;
+    for (int c = t; c < kBlockM * kChunksPerRow; c += kThreads) {
+      const int r = c / kChunksPerRow, col = (c % kChunksPerRow) * (16 / int(sizeof(Element)));
+      const int row = m_block * kBlockM + r;
+      if (row < q.len)
+        *reinterpret_cast<uint4*>(dq + row * p.dq_stride[1] + col) = *reinterpret_cast<const uint4*>(tile + r * kPitch + col);
     }
   } else {
 #pragma unroll
