@@ -208,3 +208,19 @@ def test_plot_writes_png(tmp_path):
             for c in (False, True) for s in (512, 1024)]
     plot.plot_rows(rows, ["hopattn", "cudnn"], tmp_path / "x.png")
     assert (tmp_path / "x.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize("script", ["spread.py", "kernel_split.py"])
+def test_timing_scripts_parse_without_torch(script, capsys):
+    # Both import torch only after parsing: --help must work on a machine without it, and a bad
+    # argument must be refused there too.
+    spec = importlib.util.spec_from_file_location(script[:-3], common.__file__.replace("common.py", script))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with pytest.raises(SystemExit) as done:
+        module.main(["--help"])
+    assert done.value.code == 0
+    assert "--warm-seconds" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as bad:
+        module.main(["--direction", "sideways"])
+    assert bad.value.code == 2
