@@ -107,27 +107,27 @@ def power_burn(torch, seconds):
         return
     a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
     c = torch.empty_like(a)
-    start = time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        for _ in range(4):
-            torch.mm(a, a, out=c)
-        torch.cuda.synchronize()
+    warm_up(torch, lambda: torch.mm(a, a, out=c), seconds)
 
 
 def warm_up(torch, fn, seconds):
-    """Calls fn back to back for `seconds`. The H200 draws its 700 W cap under every attention
-    kernel here, and its power controller settles the SM clock only after a few hundred ms of
-    load: a kernel timed right after an idle spell runs at the boost clock and reads up to ~10%
-    high, and one timed right after a heavier kernel (a matmul burn) starts at that kernel's lower
-    clock and reads low (perf-notes "The forward's run-to-run spread"). After its own warm-up each
+    """Calls fn back to back for `seconds` (synchronising every four calls) and returns how many
+    calls ran. The H200 draws its 700 W cap under every attention kernel here, and its power
+    controller settles the SM clock only after a few hundred ms of load: a kernel timed right
+    after an idle spell runs at the boost clock and reads up to ~10% high, and one timed right
+    after a heavier kernel (a matmul burn) starts at that kernel's lower clock and reads low
+    (perf-notes "The run-to-run spread is the power controller's"). After its own warm-up each
     implementation is timed in the state it sustains, as in a training or serving job."""
+    calls = 0
     if seconds <= 0:
-        return
+        return calls
     start = time.perf_counter()
     while time.perf_counter() - start < seconds:
         for _ in range(4):
             fn()
+        calls += 4
         torch.cuda.synchronize()
+    return calls
 
 
 def make_timer(torch, warm_seconds=0.0):

@@ -27,31 +27,20 @@ def main(argv=None):
     args = ap.parse_args(argv)
 
     import torch
-    import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.profiler import ProfilerActivity, profile
-    import hopattn
     from compare import warm_up
+    from spread import hopattn_and_cudnn
 
     d = args.hdim
     for s in common.parse_int_list(args.seqlens):
         b, h = max(1, common.TOTAL_TOKENS // s), common.HIDDEN // d
         flops = common.direction_flops(args.direction, b, h, s, s, d, args.causal)
         gen = torch.Generator(device="cuda").manual_seed(99 + s)
-        q, k, v, dout = (torch.randn((b, s, h, d), generator=gen, device="cuda", dtype=torch.bfloat16) for _ in range(4))
-        need_grad = args.direction == "bwd"
+        q, k, v = (torch.randn((b, s, h, d), generator=gen, device="cuda", dtype=torch.bfloat16) for _ in range(3))
         for t in (q, k, v):
-            t.requires_grad_(need_grad)
-        qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
-        out_h = hopattn.attention(q, k, v, causal=args.causal)
-        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-            out_c = F.scaled_dot_product_attention(qt, kt, vt, is_causal=args.causal).transpose(1, 2)
-        impls = {
-            "hopattn": (lambda: torch.autograd.grad(out_h, (q, k, v), dout, retain_graph=True)) if need_grad
-            else (lambda: hopattn.attention(q, k, v, causal=args.causal)),
-            "cudnn": (lambda: torch.autograd.grad(out_c, (q, k, v), dout, retain_graph=True)) if need_grad
-            else (lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=args.causal)),
-        }
+            t.requires_grad_(args.direction == "bwd")
+        impls = dict(zip(("hopattn", "cudnn"), hopattn_and_cudnn(torch, args.direction, q, k, v, args.causal)))
         print(f"\n{args.direction} d={d} s={s} b={b} h={h} causal={args.causal}")
         for name, fn in impls.items():
             with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):

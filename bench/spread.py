@@ -13,9 +13,10 @@ track the figure)?
       [--warm-seconds 1] [--sustain 3]
 
 --warm-seconds runs each implementation back to back that long before it is timed, as compare.py
-does (0: none, compare.py's protocol before 2026-12-02). --sustain S then runs each implementation back to back for S seconds (no L2 flush)
-with nvidia-smi sampling every 20 ms, and prints TFLOP/s, the median SM clock and power, and
-TFLOP/s per GHz: work per cycle and the clock the power cap allows, side by side.
+does (0: none, compare.py's protocol before 2026-12-02). --sustain S then runs each implementation
+back to back for S seconds (no L2 flush) with nvidia-smi sampling every 20 ms, and prints TFLOP/s,
+the median SM clock and power, and TFLOP/s per GHz: work per cycle and the clock the power cap
+allows, side by side.
 """
 import argparse
 import os
@@ -37,19 +38,37 @@ def smi():
         return "n/a"
 
 
+def hopattn_and_cudnn(torch, direction, q, k, v, causal):
+    """(hopattn, cuDNN) callables of one forward, or of one backward (autograd.grad of a kept
+    graph), on q, k, v in (b, s, h, d); q, k, v must already require grad for the backward. The
+    cuDNN one must run under sdpa_kernel(SDPBackend.CUDNN_ATTENTION)."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    import hopattn
+
+    qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))  # SDPA's layout, a view of the same memory
+    if direction == "fwd":
+        return (lambda: hopattn.attention(q, k, v, causal=causal),
+                lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal))
+    dout = torch.randn_like(q)
+    out_h = hopattn.attention(q, k, v, causal=causal)
+    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+        out_c = F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal).transpose(1, 2)
+    return (lambda: torch.autograd.grad(out_h, (q, k, v), dout, retain_graph=True),
+            lambda: torch.autograd.grad(out_c, (q, k, v), dout, retain_graph=True))
+
+
 def sustained(torch, fn, seconds):
     """(calls per second, median SM clock MHz, median power W) over `seconds` of back-to-back calls,
     the first quarter of the samples dropped (the ramp)."""
+    from compare import warm_up
+
     fn()
     torch.cuda.synchronize()
     smi_proc = subprocess.Popen(["nvidia-smi", "--query-gpu=clocks.sm,power.draw", "--format=csv,noheader,nounits",
                                  "-lms", "20"], stdout=subprocess.PIPE, text=True)
-    start, calls = time.perf_counter(), 0
-    while time.perf_counter() - start < seconds:
-        for _ in range(4):
-            fn()
-        calls += 4
-        torch.cuda.synchronize()
+    start = time.perf_counter()
+    calls = warm_up(torch, fn, seconds)
     rate = calls / (time.perf_counter() - start)
     smi_proc.terminate()
     out, _ = smi_proc.communicate()
@@ -82,36 +101,23 @@ def main(argv=None):
     args = ap.parse_args(argv)
 
     import torch
-    import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
-    import hopattn
     from compare import make_timer
 
     timer, _ = make_timer(torch, args.warm_seconds)
 
     s, d = args.seqlen, args.hdim
     b, h = max(1, args.tokens // s), args.hidden // d
-    flops = common.attention_flops(b, h, s, s, d, args.causal) * (2.5 if args.direction == "bwd" else 1.0)
+    flops = common.direction_flops(args.direction, b, h, s, s, d, args.causal)
     print(f"{args.direction} b={b} s={s} h={h} d={d} causal={args.causal}; start {smi()}", flush=True)
     print("round | hopattn | cudnn | ratio | q/k/v offset mod 2 MiB (KiB) | clock,W,C after")
     for r in range(args.rounds):
         pad = torch.empty(r * 3 * 1024 * 1024 + r * 4096, dtype=torch.uint8, device="cuda")
         gen = torch.Generator(device="cuda").manual_seed(1234 + s + d + (r if args.fresh_seed else 0))
         q, k, v = (torch.randn((b, s, h, d), generator=gen, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-        if args.direction == "bwd":
-            for t in (q, k, v):
-                t.requires_grad_(True)
-        qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))  # after requires_grad: SDPA's graph reaches q, k, v
-        if args.direction == "fwd":
-            hop = lambda: hopattn.attention(q, k, v, causal=args.causal)  # noqa: E731
-            cud = lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=args.causal)  # noqa: E731
-        else:
-            dout = torch.randn_like(q)
-            out_h = hopattn.attention(q, k, v, causal=args.causal)
-            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                out_c = F.scaled_dot_product_attention(qt, kt, vt, is_causal=args.causal).transpose(1, 2)
-            hop = lambda: torch.autograd.grad(out_h, (q, k, v), dout, retain_graph=True)  # noqa: E731
-            cud = lambda: torch.autograd.grad(out_c, (q, k, v), dout, retain_graph=True)  # noqa: E731
+        for t in (q, k, v):
+            t.requires_grad_(args.direction == "bwd")
+        hop, cud = hopattn_and_cudnn(torch, args.direction, q, k, v, args.causal)
         t_h = timer(hop)
         with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
             t_c = timer(cud)
@@ -125,7 +131,7 @@ def main(argv=None):
                     rate, mhz, watts = sustained(torch, fn, args.sustain)
                 tf = rate * flops / 1e12
                 print(f"{name} | {tf:.1f} | {mhz:.0f} | {watts:.0f} | {tf / mhz * 1e3:.1f}", flush=True)
-        del pad, q, k, v, qt, kt, vt
+        del pad, q, k, v, hop, cud
 
 
 if __name__ == "__main__":

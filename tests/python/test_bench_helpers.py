@@ -196,8 +196,9 @@ def test_warm_up_and_burn_off_touch_no_gpu():
             def synchronize():
                 pass
 
-    compare.warm_up(SyncOnly(), lambda: calls.append(1), 0.01)
+    ran = compare.warm_up(SyncOnly(), lambda: calls.append(1), 0.01)
     assert len(calls) >= 4 and len(calls) % 4 == 0  # back to back, synchronised every four calls
+    assert ran == len(calls)  # spread.py's sustained rate counts on it
 
 
 def test_plot_writes_png(tmp_path):
