@@ -209,3 +209,30 @@ def git_commit(repo_root):
     except (OSError, subprocess.SubprocessError):
         return None
     return result.stdout.strip() or None
+
+
+# --- the one-shape timing probes (kernel_split.py, protocol.py) -------------------------------------
+def probe_parser(description, calls):
+    """The arguments both probes take: one direction and head dim, several seqlens, `calls` timed calls."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--direction", choices=("fwd", "bwd"), default="bwd")
+    ap.add_argument("--hdim", type=int, default=128)
+    ap.add_argument("--seqlens", default="1k,4k,16k")
+    ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--calls", type=int, default=calls)
+    ap.add_argument("--warm-seconds", type=float, default=1.0)
+    return ap
+
+
+def probe_inputs(torch, direction, d, s, causal, seed):
+    """(batch, heads, FLOPs, q, k, v) of the grid's shape at seqlen s: bf16 (b, s, h, d) tensors from
+    a seeded generator, requiring grad for the backward."""
+    b, h = max(1, TOTAL_TOKENS // s), HIDDEN // d
+    flops = direction_flops(direction, b, h, s, s, d, causal)
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    q, k, v = (torch.randn((b, s, h, d), generator=gen, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    for t in (q, k, v):
+        t.requires_grad_(direction == "bwd")
+    return b, h, flops, q, k, v

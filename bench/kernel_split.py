@@ -7,7 +7,6 @@ against the main loop, shape by shape.
 
   python3 bench/kernel_split.py --direction bwd --hdim 128 --seqlens 1k,4k,16k [--causal]
 """
-import argparse
 import collections
 import os
 import sys
@@ -17,14 +16,7 @@ import common  # noqa: E402
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--direction", choices=("fwd", "bwd"), default="bwd")
-    ap.add_argument("--hdim", type=int, default=128)
-    ap.add_argument("--seqlens", default="1k,4k,16k")
-    ap.add_argument("--causal", action="store_true")
-    ap.add_argument("--calls", type=int, default=20)
-    ap.add_argument("--warm-seconds", type=float, default=1.0)
-    args = ap.parse_args(argv)
+    args = common.probe_parser(__doc__.splitlines()[0], calls=20).parse_args(argv)
 
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -34,12 +26,7 @@ def main(argv=None):
 
     d = args.hdim
     for s in common.parse_int_list(args.seqlens):
-        b, h = max(1, common.TOTAL_TOKENS // s), common.HIDDEN // d
-        flops = common.direction_flops(args.direction, b, h, s, s, d, args.causal)
-        gen = torch.Generator(device="cuda").manual_seed(99 + s)
-        q, k, v = (torch.randn((b, s, h, d), generator=gen, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-        for t in (q, k, v):
-            t.requires_grad_(args.direction == "bwd")
+        b, h, flops, q, k, v = common.probe_inputs(torch, args.direction, d, s, args.causal, seed=99 + s)
         impls = dict(zip(("hopattn", "cudnn"), hopattn_and_cudnn(torch, args.direction, q, k, v, args.causal)))
         print(f"\n{args.direction} d={d} s={s} b={b} h={h} causal={args.causal}")
         for name, fn in impls.items():

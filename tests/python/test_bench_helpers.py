@@ -211,9 +211,9 @@ def test_plot_writes_png(tmp_path):
     assert (tmp_path / "x.png").stat().st_size > 0
 
 
-@pytest.mark.parametrize("script", ["spread.py", "kernel_split.py"])
+@pytest.mark.parametrize("script", ["spread.py", "kernel_split.py", "protocol.py"])
 def test_timing_scripts_parse_without_torch(script, capsys):
-    # Both import torch only after parsing: --help must work on a machine without it, and a bad
+    # They import torch only after parsing: --help must work on a machine without it, and a bad
     # argument must be refused there too.
     spec = importlib.util.spec_from_file_location(script[:-3], common.__file__.replace("common.py", script))
     module = importlib.util.module_from_spec(spec)
@@ -225,3 +225,12 @@ def test_timing_scripts_parse_without_torch(script, capsys):
     with pytest.raises(SystemExit) as bad:
         module.main(["--direction", "sideways"])
     assert bad.value.code == 2
+
+
+def test_protocol_union_of_kernel_intervals():
+    import protocol
+
+    assert protocol.union_length([]) == 0
+    assert protocol.union_length([(0, 10), (20, 25)]) == 15  # back to back: the sum
+    assert protocol.union_length([(20, 30), (0, 10), (5, 12)]) == 22  # overlapping kernels count once
+    assert protocol.union_length([(0, 10), (2, 3)]) == 10  # one inside another

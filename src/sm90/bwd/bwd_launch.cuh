@@ -104,10 +104,11 @@ cudaError_t run_bwd(const AttnBackwardProblem& bp, void* workspace, cudaStream_t
     pp.used_q = p.seqused_q;
     pp.total_q = int(p.total_q);
     const int64_t rows = p.batch * p.heads_q * w.seqlen_q_padded;
-    const int64_t row_grid = (rows + 7) / 8;  // 8 warps per 256-thread block, one row each
+    using PreShape = bwd::PreprocessShape<Element, kHeadDim>;
+    const int64_t row_grid = PreShape::blocks(rows);
     if (row_grid > INT_MAX) return cudaErrorInvalidConfiguration;
 
-    bwd::bwd_preprocess_kernel<Element, kHeadDim><<<unsigned(row_grid), 256, 0, stream>>>(pp);
+    bwd::bwd_preprocess_kernel<Element, kHeadDim><<<unsigned(row_grid), PreShape::kThreads, 0, stream>>>(pp);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
     // Windowed problems run the local kernel (run-time bounds), causal ones the causal kernel.
     // Softcapped ones run the softcap kernel, itself a local one (its own unit: bwd/softcap_main.hpp).

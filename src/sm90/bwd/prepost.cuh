@@ -51,46 +51,90 @@ __device__ __forceinline__ QueryRows query_rows(const PrePostParams& p, int b) {
 template <class T>
 __device__ __forceinline__ float to_float(T x) { return static_cast<float>(x); }
 
-// One warp per row: each lane reads head_dim/32 contiguous elements of O and dO.
+// Shape of the preprocess: kLanesPerRow lanes share a row, each reading 16 bytes of O and of dO,
+// so one warp instruction covers kRowsPerPass rows; a warp takes kPasses such groups, consecutive
+// rows of one (batch, head), and issues all their loads before the first use.
 template <class Element, int kHeadDim>
-__global__ void __launch_bounds__(256) bwd_preprocess_kernel(const PrePostParams p) {
-  constexpr int kPerLane = kHeadDim / 32;
-  const int64_t rows = int64_t(p.batch) * p.heads_q * p.seqlen_q_padded;
-  const int64_t row_id = int64_t(blockIdx.x) * 8 + threadIdx.x / 32;  // (batch, head, row) flattened
-  const int lane = threadIdx.x % 32;
-  if (row_id >= rows) return;
-  const int row = int(row_id % p.seqlen_q_padded);
-  const int head = int((row_id / p.seqlen_q_padded) % p.heads_q);
-  const int batch = int(row_id / (int64_t(p.seqlen_q_padded) * p.heads_q));
+struct PreprocessShape {
+  static constexpr int kVec = 16 / int(sizeof(Element));   // elements per 16-byte load
+  static constexpr int kLanesPerRow = kHeadDim / kVec;      // 8, 16, 32 at d64, d128, d256
+  static_assert(kLanesPerRow <= 32 && 32 % kLanesPerRow == 0);
+  static constexpr int kRowsPerPass = 32 / kLanesPerRow;
+  static constexpr int kPasses = 4;
+  static constexpr int kRowsPerWarp = kRowsPerPass * kPasses;
+  // A warp's rows never straddle two (batch, head) pairs: seqlen_q_padded is a multiple of
+  // kRowPadding (workspace_layout).
+  static_assert(kRowPadding % kRowsPerWarp == 0);
+  static constexpr int kThreads = 256;
+  static constexpr int kRowsPerBlock = kThreads / 32 * kRowsPerWarp;
+  static int64_t blocks(int64_t rows) { return (rows + kRowsPerBlock - 1) / kRowsPerBlock; }
+};
+
+template <class T>
+__device__ __forceinline__ float dot16(const uint4& a, const uint4& b) {
+  const T* x = reinterpret_cast<const T*>(&a);
+  const T* y = reinterpret_cast<const T*>(&b);
+  float s = 0.f;
+#pragma unroll
+  for (int i = 0; i < int(16 / sizeof(T)); ++i) s += to_float(x[i]) * to_float(y[i]);
+  return s;
+}
+
+template <class Element, int kHeadDim>
+__global__ void __launch_bounds__(PreprocessShape<Element, kHeadDim>::kThreads) bwd_preprocess_kernel(const PrePostParams p) {
+  using Shape = PreprocessShape<Element, kHeadDim>;
+  constexpr int kLanes = Shape::kLanesPerRow, kVec = Shape::kVec, kPasses = Shape::kPasses;
+  const int64_t warp_row = (int64_t(blockIdx.x) * (Shape::kThreads / 32) + threadIdx.x / 32) * Shape::kRowsPerWarp;
+  if (warp_row >= int64_t(p.batch) * p.heads_q * p.seqlen_q_padded) return;  // whole warps: rows come in kRowsPerWarp
+  const int lane = threadIdx.x % 32, sub = lane % kLanes;
+  // The warp's (batch, head) and first row; this lane's rows are row0 + i * kRowsPerPass.
+  const int head = int((warp_row / p.seqlen_q_padded) % p.heads_q);
+  const int batch = int(warp_row / (int64_t(p.seqlen_q_padded) * p.heads_q));
+  const int row0 = int(warp_row % p.seqlen_q_padded) + lane / kLanes;
   const QueryRows q = query_rows(p, batch);
   // The main kernel reads whole query blocks of each sequence: fixed-length ones up to
   // seqlen_q_padded (every row of the grid), packed ones up to the sequence's kRowPadding multiple
   // (varlen grids cover max_seqlen_q, so shorter sequences end earlier).
-  if (p.cu_q != nullptr && row >= (q.len + kRowPadding - 1) / kRowPadding * kRowPadding) return;
-  const int64_t w = p.rows.base(batch, q.offset) + head * p.rows.head_stride + row;  // workspace row
-  float dot = 0.f;
-  float lse2 = INFINITY;  // pad rows, rows past seqused and rows with no key: P = exp2(s - inf) = 0
-  if (row < q.used) {
-    const int64_t token = int64_t(q.offset) + row;
-    const Element* o = static_cast<const Element*>(p.out) + batch * p.o_stride[0] + token * p.o_stride[1] +
-                       head * p.o_stride[2] + lane * kPerLane;
-    const Element* d = static_cast<const Element*>(p.dout) + batch * p.do_stride[0] + token * p.do_stride[1] +
-                       head * p.do_stride[2] + lane * kPerLane;
-    #pragma unroll
-    for (int i = 0; i < kPerLane; ++i) dot += to_float(o[i]) * to_float(d[i]);
-    #pragma unroll
-    for (int off = 16; off > 0; off /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, off);
-    const float l = p.cu_q == nullptr ? p.lse[(int64_t(batch) * p.heads_q + head) * p.seqlen_q + row]
-                                      : p.lse[int64_t(head) * p.total_q + token];
-    if (l != -INFINITY) lse2 = l * 1.4426950408889634f;
+  const int rows_written = p.cu_q == nullptr ? p.seqlen_q_padded : (q.len + kRowPadding - 1) / kRowPadding * kRowPadding;
+  const Element* o_base = static_cast<const Element*>(p.out) + batch * p.o_stride[0] + head * p.o_stride[2] + sub * kVec;
+  const Element* do_base = static_cast<const Element*>(p.dout) + batch * p.do_stride[0] + head * p.do_stride[2] + sub * kVec;
+  uint4 o[kPasses], d[kPasses];
+#pragma unroll
+  for (int i = 0; i < kPasses; ++i) {
+    const int row = row0 + i * Shape::kRowsPerPass;
+    o[i] = d[i] = make_uint4(0u, 0u, 0u, 0u);
+    if (row < q.used) {
+      // 16-byte loads: validation requires out's and dout's base pointers and strides to be
+      // 16-byte multiples, with head_dim contiguous.
+      const int64_t token = int64_t(q.offset) + row;
+      o[i] = __ldg(reinterpret_cast<const uint4*>(o_base + token * p.o_stride[1]));
+      d[i] = __ldg(reinterpret_cast<const uint4*>(do_base + token * p.do_stride[1]));
+    }
   }
-  if (lane == 0) {
-    p.dpsum[w] = dot;
-    p.lse_log2[w] = lse2;
+  const int64_t w0 = p.rows.base(batch, q.offset) + head * p.rows.head_stride;  // workspace row of row 0
+#pragma unroll
+  for (int i = 0; i < kPasses; ++i) {
+    const int row = row0 + i * Shape::kRowsPerPass;
+    float dot = dot16<Element>(o[i], d[i]);
+#pragma unroll
+    for (int off = kLanes / 2; off > 0; off /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, off);
+    if (row >= rows_written) continue;
+    const int64_t w = w0 + row;
+    if (sub == 0) {
+      float lse2 = INFINITY;  // pad rows, rows past seqused and rows with no key: P = exp2(s - inf) = 0
+      if (row < q.used) {
+        const float l = p.cu_q == nullptr ? p.lse[(int64_t(batch) * p.heads_q + head) * p.seqlen_q + row]
+                                          : p.lse[int64_t(head) * p.total_q + q.offset + row];
+        if (l != -INFINITY) lse2 = l * 1.4426950408889634f;
+      }
+      p.dpsum[w] = dot;
+      p.lse_log2[w] = lse2;
+      if (row % kQueryBlock == 0) p.semaphore[w / kQueryBlock] = 0;
+    }
+    float4* acc = reinterpret_cast<float4*>(p.dq_accum + w * kHeadDim);
+#pragma unroll
+    for (int j = sub; j < kHeadDim / 4; j += kLanes) acc[j] = make_float4(0.f, 0.f, 0.f, 0.f);
   }
-  float4* acc = reinterpret_cast<float4*>(p.dq_accum + w * kHeadDim);
-  for (int i = lane; i < kHeadDim / 4; i += 32) acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
-  if (lane == 0 && row % kQueryBlock == 0) p.semaphore[w / kQueryBlock] = 0;
 }
 
 // One CTA per (batch, head, query block), one thread per main-kernel consumer thread: thread t
