@@ -169,39 +169,29 @@ __global__ void __launch_bounds__(Mainloop::kdQElems / Mainloop::kdQPerThread)
   }
   Element* dq = static_cast<Element*>(p.dq) + batch * p.dq_stride[0] + int64_t(q.offset) * p.dq_stride[1] +
                 head * p.dq_stride[2];
-  if constexpr (Mainloop::kdQSwapAB) {
-    // Adjacent fragment values are adjacent queries, i.e. rows 4 KB or more apart in dq: stored
-    // one by one they would be 2-byte writes scattered over 8 rows per warp instruction. The tile
-    // goes through shared memory instead and leaves in 16-byte row chunks, consecutive across the
-    // warp. The row pitch is padded by 16 bytes, so that the four queries of a warp's fragment
-    // stores fall in different banks.
-    constexpr int kHeadDim = Mainloop::kHeadDim, kPitch = kHeadDim + 8;
-    __shared__ alignas(16) Element tile[kBlockM * kPitch];
+  // The tile goes through shared memory and leaves in 16-byte row chunks, consecutive across the
+  // warp. Stored from the fragments directly, a warp instruction would touch 8 rows 4 KB or more
+  // apart: 16-byte pieces of 8 rows (WGMMA's C layout: four lanes per row), or, for the transposed
+  // dQ GEMM (kdQSwapAB), 2-byte values of 8 rows. That ran at about half of the 16-byte stores' rate
+  // (perf-notes, backward v8 and v10). The row pitch is padded by 16 bytes, so that the eight rows of
+  // a warp's fragment stores fall in different banks.
+  constexpr int kHeadDim = Mainloop::kHeadDim, kPitch = kHeadDim + 8;
+  __shared__ alignas(16) Element staged[kBlockM * kPitch];
 #pragma unroll
-    for (int i = 0; i < Mainloop::kdQPerThread; ++i)
-      tile[get<1>(coords(i)) * kPitch + get<0>(coords(i))] = static_cast<Element>(v[i] * p.scale);
-    __syncthreads();
-    // 16-byte stores are safe: validation (check_tensor) requires dq's base pointer and every
-    // stride of an extent above 1 to be 16-byte multiples, and head_dim is contiguous.
-    constexpr int kChunksPerRow = kHeadDim * int(sizeof(Element)) / 16;
-    for (int c = t; c < kBlockM * kChunksPerRow; c += kThreads) {
-      const int r = c / kChunksPerRow, col = (c % kChunksPerRow) * (16 / int(sizeof(Element)));
-      const int row = m_block * kBlockM + r;
-      if (row < q.len)
-        *reinterpret_cast<uint4*>(dq + row * p.dq_stride[1] + col) = *reinterpret_cast<const uint4*>(tile + r * kPitch + col);
-    }
-  } else {
-#pragma unroll
-    for (int i = 0; i < Mainloop::kdQPerThread; i += 2) {  // fragment columns come in adjacent pairs
-      const int row = m_block * kBlockM + get<0>(coords(i));
-      if (row < q.len) {
-        cutlass::Array<float, 2> pair;
-        pair[0] = v[i] * p.scale;
-        pair[1] = v[i + 1] * p.scale;
-        *reinterpret_cast<cutlass::Array<Element, 2>*>(dq + row * p.dq_stride[1] + get<1>(coords(i))) =
-            cutlass::NumericArrayConverter<Element, float, 2>{}(pair);
-      }
-    }
+  for (int i = 0; i < Mainloop::kdQPerThread; ++i) {
+    const int query = Mainloop::kdQSwapAB ? get<1>(coords(i)) : get<0>(coords(i));
+    const int column = Mainloop::kdQSwapAB ? get<0>(coords(i)) : get<1>(coords(i));
+    staged[query * kPitch + column] = static_cast<Element>(v[i] * p.scale);
+  }
+  __syncthreads();
+  // 16-byte stores are safe: validation (check_tensor) requires dq's base pointer and every
+  // stride of an extent above 1 to be 16-byte multiples, and head_dim is contiguous.
+  constexpr int kChunksPerRow = kHeadDim * int(sizeof(Element)) / 16;
+  for (int c = t; c < kBlockM * kChunksPerRow; c += kThreads) {
+    const int r = c / kChunksPerRow, col = (c % kChunksPerRow) * (16 / int(sizeof(Element)));
+    const int row = m_block * kBlockM + r;
+    if (row < q.len)
+      *reinterpret_cast<uint4*>(dq + row * p.dq_stride[1] + col) = *reinterpret_cast<const uint4*>(staged + r * kPitch + col);
   }
 }
 
