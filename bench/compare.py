@@ -70,6 +70,22 @@ def parse_args(argv=None):
 # --- timing -----------------------------------------------------------------------------------------
 
 
+def flushed_call_times(torch, fn, reps, flush, sleep=None, sleep_cycles=0):
+    """Milliseconds of each of `reps` calls of fn, CUDA events around each call, with the `flush`
+    buffer zeroed (L2 flushed) before each, and then sleep(sleep_cycles) if sleep is given."""
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for i in range(reps):
+        flush.zero_()
+        if sleep is not None:
+            sleep(sleep_cycles)
+        starts[i].record()
+        fn()
+        ends[i].record()
+    torch.cuda.synchronize()
+    return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+
+
 def make_events_timer(torch, reps=30, warmup=5, sleep_cycles=0):
     """Median ms of fn over `reps` calls after `warmup`, CUDA events around each call, with L2 flushed
     (a 256 MB memset) before each. sleep_cycles > 0: torch.cuda._sleep that long after the flush,
@@ -81,17 +97,7 @@ def make_events_timer(torch, reps=30, warmup=5, sleep_cycles=0):
     def events_median(fn):
         for _ in range(warmup):
             fn()
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-        for i in range(reps):
-            flush.zero_()
-            if sleep is not None:
-                sleep(sleep_cycles)
-            starts[i].record()
-            fn()
-            ends[i].record()
-        torch.cuda.synchronize()
-        return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+        return statistics.median(flushed_call_times(torch, fn, reps, flush, sleep, sleep_cycles))
 
     name = (f"CUDA events, L2 flush{' + sleep' if sleep else ''} before each call, "
             f"median of {reps} after {warmup} warm-up runs")

@@ -1,8 +1,8 @@
-"""Times one forward or backward of hopattn and cuDNN under four protocols, in one process, with
+"""Times one forward or backward of hopattn and cuDNN under three protocols, in one process, with
 the SM clock sampled throughout:
-  flush   CUDA events around each call after a 256 MB L2 flush, median (compare.py's do_bench);
+  flush   CUDA events around each call after a 256 MB L2 flush: the median (compare.py's do_bench)
+          and the mean of the same calls;
   b2b     CUDA events around N calls back to back, no flush, mean per call;
-  flushb2b  as flush, but mean over the calls (the same events, no median);
   prof    torch.profiler over N back-to-back calls: the sum of kernel times per call, and the
           union of the kernels' intervals (kernels that overlap count once).
 Each protocol starts after `--warm-seconds` of the same calls back to back. Prints one table.
@@ -18,19 +18,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
 
-def events_per_call(torch, fn, calls, flush):
-    """Per-call milliseconds from events around each call, with an L2 flush before each if flush."""
-    cache = torch.empty(256 * 1024 * 1024, dtype=torch.int8, device="cuda") if flush else None
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(calls)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(calls)]
-    for i in range(calls):
-        if cache is not None:
-            cache.zero_()
-        starts[i].record()
-        fn()
-        ends[i].record()
-    torch.cuda.synchronize()
-    return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+PROTOCOLS = ("flush", "b2b", "prof")
 
 
 def back_to_back(torch, fn, calls):
@@ -116,7 +104,7 @@ def main(argv=None):
 
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
-    from compare import power_burn, warm_up
+    from compare import flushed_call_times, power_burn, warm_up
     from spread import hopattn_and_cudnn
 
     power_burn(torch, 2.0)
@@ -129,15 +117,16 @@ def main(argv=None):
             with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
                 sampler = ClockSampler()
                 res, kernels = {}, {}
-                for proto in ("flush", "b2b", "flushb2b", "prof"):
+                flush = torch.empty(256 * 1024 * 1024, dtype=torch.int8, device="cuda")
+                for proto in PROTOCOLS:
                     warm_up(torch, fn, args.warm_seconds)
                     t0 = time.time()
                     if proto == "flush":
-                        us = 1e3 * statistics.median(events_per_call(torch, fn, args.calls, True))
+                        times = flushed_call_times(torch, fn, args.calls, flush)
+                        us = 1e3 * statistics.median(times)
+                        res["flush_mean"] = 1e3 * statistics.mean(times)
                     elif proto == "b2b":
                         us = 1e3 * back_to_back(torch, fn, args.calls)
-                    elif proto == "flushb2b":
-                        us = 1e3 * statistics.mean(events_per_call(torch, fn, args.calls, True))
                     else:
                         ksum, union, wall, kernels = profiled(torch, fn, args.calls)
                         us = union
@@ -145,7 +134,8 @@ def main(argv=None):
                     res[proto] = us
                     res[proto + "_t"] = (t0, time.time())
                 samples = sampler.stop()
-            clocks = {p: median_in(samples, *res[p + "_t"], 1) for p in ("flush", "b2b", "flushb2b", "prof")}
+                del flush
+            clocks = {p: median_in(samples, *res[p + "_t"], 1) for p in PROTOCOLS}
             rows.append((s, name, res, clocks, flops))
             print(f"\n{args.direction} d={d} s={s} {name}: kernels under the profiler, µs per call")
             for kname, kus in sorted(kernels.items(), key=lambda kv: -kv[1])[:6]:
@@ -159,7 +149,7 @@ def main(argv=None):
     for s, name, r, c, flops in rows:
         def cell(us):
             return f"{us:.0f} ({flops / us / 1e6:.0f})"
-        print(f"| {s} | {name} | {cell(r['flush'])} | {cell(r['b2b'])} | {cell(r['flushb2b'])} | {cell(r['prof'])} | "
+        print(f"| {s} | {name} | {cell(r['flush'])} | {cell(r['b2b'])} | {cell(r['flush_mean'])} | {cell(r['prof'])} | "
               f"{r['prof_sum']:.0f} | {r['prof_wall']:.0f} | {c['flush']:.0f} / {c['b2b']:.0f} / {c['prof']:.0f} |")
 
 

@@ -234,3 +234,37 @@ def test_protocol_union_of_kernel_intervals():
     assert protocol.union_length([(0, 10), (20, 25)]) == 15  # back to back: the sum
     assert protocol.union_length([(20, 30), (0, 10), (5, 12)]) == 22  # overlapping kernels count once
     assert protocol.union_length([(0, 10), (2, 3)]) == 10  # one inside another
+
+
+def test_flushed_call_times_flushes_before_every_call():
+    import compare
+
+    log = []
+
+    class Event:
+        def __init__(self, enable_timing):
+            self.t = None
+
+        def record(self):
+            self.t = len(log)
+
+        def elapsed_time(self, end):
+            return float(end.t - self.t)
+
+    class Cuda:
+        @staticmethod
+        def synchronize():
+            log.append("sync")
+
+    Cuda.Event = Event
+
+    class FakeTorch:
+        cuda = Cuda
+
+    class Flush:
+        def zero_(self):
+            log.append("flush")
+
+    times = compare.flushed_call_times(FakeTorch(), lambda: log.append("call"), 3, Flush())
+    assert log == ["flush", "call"] * 3 + ["sync"]
+    assert times == [1.0, 1.0, 1.0]  # the events bracket the call alone, not the flush
