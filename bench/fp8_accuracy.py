@@ -186,6 +186,12 @@ def e4m3_round(torch, x):
     return x.float().clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn).double()
 
 
+def round_p_sim(torch, p):
+    """P as the kernel's P·V GEMM sees it (fp8_reference.round_p_to_e4m3): 2^8 P rounded to e4m3."""
+    bias = 2.0**f8.P_EXPONENT_BIAS
+    return e4m3_round(torch, p * bias) / bias
+
+
 def quantize_sim(torch, x, granularity):
     """Dequantised e4m3 values of x (b, s, h, d) float64: one scale per tensor, per (batch, head),
     or per 128-row block of a (batch, head), mapping the |max| to 448."""
@@ -250,7 +256,7 @@ def attribution(torch, hopattn, batch, seqlen, heads, d, seed, budget):
     qr, kr = q.double() @ m, k.double() @ m
     qq, kq = quantize_sim(torch, qr, "block"), quantize_sim(torch, kr, "block")
     vq = quantize_sim(torch, v.double(), "head")
-    round_p = lambda p: e4m3_round(torch, p)  # noqa: E731
+    round_p = lambda p: round_p_sim(torch, p)  # noqa: E731
     sim = {
         "simulated both": rmse_t(attention_fp64(torch, qq, kq, vq, round_p, budget), ref),
         "exact V": rmse_t(attention_fp64(torch, qq, kq, v, round_p, budget), ref),

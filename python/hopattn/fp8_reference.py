@@ -148,12 +148,22 @@ def fp8_inputs(q, k, v, incoherent=True, granularity="block", block_m=128, block
     return quantize(q, granularity, block_m)[0], quantize(k, granularity, block_n)[0], quantize(v, granularity, block_n)[0]
 
 
+# The kernel converts 2^P_EXPONENT_BIAS * P to e4m3 (BlockScaledSoftmax in src/sm90/ws/softmax.cuh):
+# P in (0, 1] would put most probabilities of a diffuse row below e4m3's smallest normal, 2^-6.
+P_EXPONENT_BIAS = 8
+
+
+def round_p_to_e4m3(p: np.ndarray) -> np.ndarray:
+    """P as the kernel's P·V GEMM sees it: 2^8 P rounded to e4m3, scaled back."""
+    return round_to_e4m3(p * 2.0**P_EXPONENT_BIAS) * 2.0**-P_EXPONENT_BIAS
+
+
 def attention_from_fp8(qd, kd, vd, causal=False, quantize_p=True):
     """The FP8 kernel's arithmetic on dequantised inputs: S and the softmax in float64, P (which
-    is exp(s - rowmax) in (0, 1]) rounded to e4m3 before P·V when `quantize_p`, the row sum taken
-    over the unrounded P (the kernel sums fp32 P). Rows are independent when not causal, so a
-    caller may pass a slice of query rows to bound memory."""
-    return _attention(qd, kd, vd, causal, None, None, round_to_e4m3 if quantize_p else None)[0]
+    is exp(s - rowmax) in (0, 1]) rounded as round_p_to_e4m3 before P·V when `quantize_p`, the row
+    sum taken over the unrounded P (the kernel sums fp32 P). Rows are independent when not causal,
+    so a caller may pass a slice of query rows to bound memory."""
+    return _attention(qd, kd, vd, causal, None, None, round_p_to_e4m3 if quantize_p else None)[0]
 
 
 def attention_fp8_simulated(

@@ -67,7 +67,7 @@ __device__ __forceinline__ void convert_p_fp8(const FragS& tSrS, FragP& tOrP) {
       }
     }
   }
-  convert_fragment(ordered, tOrP);  // cvt.rn.satfinite.e4m3x2.f32: P in [0, 1] never saturates
+  convert_fragment(ordered, tOrP);  // cvt.rn.satfinite.e4m3x2.f32: P in [0, 256] never saturates
 }
 
 // The widest K-major swizzle atom whose row (128, 64 or 32 bytes) divides a row of kCols elements.
