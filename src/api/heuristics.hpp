@@ -13,6 +13,7 @@ struct FwdTuning {
   int snake = -1;
   int fold = -1;                  // HOPATTN_WS_FOLD=0/1
   int bwd_key_blocks_inner = -1;  // HOPATTN_BWD_KEY_BLOCKS_INNER=0/1
+  int bwd_dq_first_store = -1;    // HOPATTN_BWD_DQ_FIRST_STORE=0/1
 };
 FwdTuning& fwd_tuning();
 
@@ -33,5 +34,9 @@ int d128_noncausal_key_tile(int64_t seqlen_k);
 // Backward, causal: whether the key blocks of one head are launched side by side (L2 locality of
 // that head's Q, dO and dQ accumulator) rather than longest-first across heads.
 bool bwd_causal_key_blocks_inner();
+
+// Backward, head_dim 64 and 128: whether the dQ accumulator is left unzeroed and each tile's first
+// partial stored (sm90/bwd/workspace.hpp, dq_first_store). 0 forces the zeroed accumulator, for A/B runs.
+bool bwd_dq_first_store();
 
 }  // namespace hopattn::heuristics

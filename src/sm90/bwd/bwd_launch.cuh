@@ -22,6 +22,9 @@
 namespace hopattn::sm90 {
 namespace bwd {
 
+// The preprocess, main kernel and postprocess must agree on it (one call, one answer).
+inline bool use_dq_first_store(int head_dim) { return dq_first_store(head_dim) && heuristics::bwd_dq_first_store(); }
+
 template <DType kDType, int kHeadDim, bool kCausal, bool kLocal = false, bool kSoftcap = false, int kQueryStep = 0>
 cudaError_t launch_main(const AttnBackwardProblem& bp, const WorkspaceLayout& w, char* ws, cudaStream_t stream) {
   using Cfg = BwdConfig<kDType, kHeadDim, kCausal, kLocal, kSoftcap, kQueryStep>;
@@ -43,6 +46,7 @@ cudaError_t launch_main(const AttnBackwardProblem& bp, const WorkspaceLayout& w,
   params.n_blocks = int((p.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN);
   params.deterministic = bp.deterministic;
   params.key_blocks_inner = !kCausal || heuristics::bwd_causal_key_blocks_inner();
+  params.dq_first_store = use_dq_first_store(kHeadDim);
   const int64_t grid = int64_t(params.n_blocks) * p.heads_kv * p.batch;
   if (grid > INT_MAX) return cudaErrorInvalidConfiguration;
   if (cudaError_t e = set_max_dynamic_smem_once<&bwd_kernel<Cfg>>(K::kSmemBytes); e != cudaSuccess) return e;
@@ -88,6 +92,7 @@ cudaError_t run_bwd(const AttnBackwardProblem& bp, void* workspace, cudaStream_t
     pp.dpsum = reinterpret_cast<float*>(ws_bytes + w.dpsum);
     pp.dq_accum = reinterpret_cast<float*>(ws_bytes + w.dq_accum);
     pp.semaphore = reinterpret_cast<int*>(ws_bytes + w.semaphore);
+    pp.dq_first_store = bwd::use_dq_first_store(kHeadDim);
     for (int i = 0; i < 3; ++i) {
       pp.o_stride[i] = p.o_stride[i];
       pp.do_stride[i] = bp.do_stride[i];

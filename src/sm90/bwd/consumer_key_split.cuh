@@ -155,8 +155,10 @@ __device__ __forceinline__ void consume_key_split(const typename BwdKernel<Cfg>:
 // run, it waits for their staged dQ (kdQFull), adds it to the fp32 accumulator with one bulk
 // reduce-add, and hands the staging buffer back (kdQEmpty) once the add has read it. The
 // consumers arrive and sync on those barriers instead of meeting each other there.
-// Deterministic mode: key blocks take turns per query block in a fixed order
-// (BwdKernel::dq_turn), so the fp32 sums are too; the turn waits stall this warp only.
+// The accumulator is not zeroed (dq_first_store): the tile's first partial is stored, the others
+// wait for that store to land before adding. Deterministic mode: key blocks take turns per query
+// block in a fixed order (BwdKernel::dq_turn), so the fp32 sums are too, and turn 0 stores. Both
+// waits stall this warp only; the consumers need the buffer back one step later.
 template <class Cfg>
 __device__ __forceinline__ void write_dq(const typename BwdKernel<Cfg>::Params& params,
                                          typename BwdKernel<Cfg>::SharedStorage& ss) {
@@ -175,23 +177,42 @@ __device__ __forceinline__ void write_dq(const typename BwdKernel<Cfg>::Params& 
     const int head = blk.kv_head * mp.group + g;
     for (int m = range.m_begin; m < range.m_end; ++m) {
       cutlass::arch::NamedBarrier::sync(threads, barrier_id(BwdBarrier::kdQFull));
+      const int64_t tile = K::dq_tile(params, si, head, m);
+      int* sem = K::dq_semaphore(params, tile);
+      bool publish = false;  // the leader stored the tile's first partial: publish once it has landed
       if (leader) {
-        const int64_t tile = K::dq_tile(params, si, head, m);
-        int* sem = K::dq_semaphore(params, tile);
-        if (params.deterministic) wait_turn(sem, K::dq_turn(params, blk, si, m));
-        bulk_reduce_add_f32(params.dq_accum + tile * Mainloop::kdQElems, ss.dq.data(), Mainloop::kdQElems * sizeof(float));
+        float* dst = params.dq_accum + tile * Mainloop::kdQElems;
+        constexpr uint32_t kBytes = Mainloop::kdQElems * sizeof(float);
+        const int turn = params.deterministic ? K::dq_turn(params, blk, si, m) : 0;
+        bool first;
+        if (params.deterministic) {
+          wait_turn(sem, turn);
+          first = turn == 0 && params.dq_first_store;
+        } else {
+          first = params.dq_first_store && take_dq_ticket(sem);
+        }
+        if (first) {
+          bulk_store_f32(dst, ss.dq.data(), kBytes);
+        } else {
+          bulk_reduce_add_f32(dst, ss.dq.data(), kBytes);
+        }
         tma_store_arrive();  // commit the bulk group
         if (params.deterministic) {
           bulk_wait_complete();  // the adds are done in global memory, not only read from smem
-          store_release(sem, K::dq_turn(params, blk, si, m) + 1);
+          store_release(sem, turn + 1);
         } else {
           tma_store_wait<0>();  // read from shared memory: the buffer may be restaged
+          publish = first;
         }
       }
       __syncwarp();
       // No hand-back after the last step: every arrive has a matching consumer sync.
       if (g + 1 < mp.group || m + 1 < range.m_end)
         cutlass::arch::NamedBarrier::arrive(threads, barrier_id(BwdBarrier::kdQEmpty));
+      if (publish) {  // after the hand-back: the consumers need not wait for the store's global writes
+        bulk_wait_complete();
+        publish_dq_store(sem);
+      }
     }
   }
 }

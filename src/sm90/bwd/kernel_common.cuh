@@ -26,8 +26,8 @@ struct BwdKernel {
 
   struct Params {
     typename Mainloop::Params mainloop;
-    float* dq_accum;  // fp32 rows of head_dim in RowLayout order, zeroed by the preprocess
-    int* semaphore;   // one per kQueryBlock rows of dq_accum, zeroed by the preprocess; deterministic mode only
+    float* dq_accum;  // fp32 rows of head_dim in RowLayout order; zeroed by the preprocess unless dq_first_store
+    int* semaphore;   // one per kQueryBlock rows of dq_accum, zeroed by the preprocess: arrivals or turns
     void* dk;
     void* dv;
     int64_t dk_stride[3], dv_stride[3];
@@ -35,6 +35,7 @@ struct BwdKernel {
     int n_blocks;
     bool deterministic;
     bool key_blocks_inner;
+    bool dq_first_store;  // the accumulator is not zeroed: each tile's first partial is stored (workspace.hpp)
   };
 
   struct Block {
@@ -91,7 +92,7 @@ struct BwdKernel {
   // The tile's turn counter. Counters are per kQueryBlock rows, the unit in which the preprocess
   // zeroes them for each sequence's rows; at d64 (128-row tiles) a tile spans two, the first counts.
   __device__ static int* dq_semaphore(const Params& p, int64_t tile) {
-    return p.semaphore + tile * (Cfg::kBlockM / kQueryBlock);
+    return p.semaphore + dq_semaphore_index(tile, Cfg::kBlockM);
   }
 };
 
@@ -109,6 +110,22 @@ __device__ __forceinline__ void store_release(int* p, int v) {
 __device__ __forceinline__ void wait_turn(const int* sem, int turn) {
   while (load_acquire(sem) != turn) {
   }
+  asm volatile("fence.proxy.async.global;" ::: "memory");  // the bulk add that follows comes after the acquire
+}
+// Otherwise (dq_first_store): a key block takes a ticket; ticket 0 stores, the others wait until
+// that store has landed (kdQStored) and then add. Returns whether this block is the first.
+__device__ __forceinline__ bool take_dq_ticket(int* sem) {
+  const bool first = (atomicAdd(sem, 1) & (kdQStored - 1)) == 0;
+  if (!first) {
+    while (!(load_acquire(sem) & kdQStored)) {
+    }
+    asm volatile("fence.proxy.async.global;" ::: "memory");
+  }
+  return first;
+}
+// The first block's store is complete in global memory (bulk_wait_complete): let the others add.
+__device__ __forceinline__ void publish_dq_store(int* sem) {
+  asm volatile("red.release.gpu.global.or.b32 [%0], %1;" ::"l"(sem), "r"(kdQStored) : "memory");
 }
 
 // Adds `bytes` of fp32 from shared memory into global memory, element-wise, as one asynchronous
@@ -116,6 +133,12 @@ __device__ __forceinline__ void wait_turn(const int* sem, int turn) {
 // the bulk-group mechanism: commit with tma_store_arrive, wait with tma_store_wait / bulk_wait_complete.
 __device__ __forceinline__ void bulk_reduce_add_f32(float* gmem, const float* smem, uint32_t bytes) {
   asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;" ::"l"(gmem),
+               "r"(cute::cast_smem_ptr_to_uint(smem)), "r"(bytes)
+               : "memory");
+}
+// The same as one asynchronous bulk copy (a store): the first partial of a tile (dq_first_store).
+__device__ __forceinline__ void bulk_store_f32(float* gmem, const float* smem, uint32_t bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(gmem),
                "r"(cute::cast_smem_ptr_to_uint(smem)), "r"(bytes)
                : "memory");
 }

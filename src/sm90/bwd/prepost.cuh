@@ -1,7 +1,9 @@
 // The two small kernels around the backward main loop.
 // Preprocess: per query row, D = rowsum(dO * O) and lse in base 2, into padded workspace arrays,
-// and the row's dQ accumulator zeroed. Postprocess: dQ = scale * accumulator, to the caller's dtype
-// and strides. Both are memory-bound streaming passes.
+// the dQ tiles' counters zeroed, and (unless dq_first_store) the row's dQ accumulator zeroed.
+// Postprocess: dQ = scale * accumulator, to the caller's dtype and strides; tiles that no key block
+// reached (their counter is 0, so the accumulator was never written) get zeros. Both are
+// memory-bound streaming passes.
 #pragma once
 
 #include "sm90/bwd/config.hpp"
@@ -26,6 +28,7 @@ struct PrePostParams {
   float* dpsum;
   float* dq_accum;   // head_dim values per row
   int* semaphore;    // one per kQueryBlock rows
+  bool dq_first_store;  // the main kernel stores each tile's first partial: no zeroing (workspace.hpp)
   int64_t o_stride[3], do_stride[3], dq_stride[3];
   int seqlen_q, seqlen_q_padded, heads_q, batch, m_blocks;
   float scale;
@@ -131,9 +134,11 @@ __global__ void __launch_bounds__(PreprocessShape<Element, kHeadDim>::kThreads) 
       p.lse_log2[w] = lse2;
       if (row % kQueryBlock == 0) p.semaphore[w / kQueryBlock] = 0;
     }
-    float4* acc = reinterpret_cast<float4*>(p.dq_accum + w * kHeadDim);
+    if (!p.dq_first_store) {
+      float4* acc = reinterpret_cast<float4*>(p.dq_accum + w * kHeadDim);
 #pragma unroll
-    for (int j = sub; j < kHeadDim / 4; j += kLanes) acc[j] = make_float4(0.f, 0.f, 0.f, 0.f);
+      for (int j = sub; j < kHeadDim / 4; j += kLanes) acc[j] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
   }
 }
 
@@ -153,7 +158,7 @@ __global__ void __launch_bounds__(Mainloop::kdQElems / Mainloop::kdQPerThread)
   const int batch = int(grid_tile / (int64_t(p.m_blocks) * p.heads_q));
   const QueryRows q = query_rows(p, batch);
   if (m_block * kBlockM >= q.len) return;  // varlen: past this sequence
-  // Rows past seqused got no dQ partial: their accumulator rows stay zero, so dq = 0 there.
+  // Rows past seqused in a tile that has partials get zeros from them (their lse is +inf, so P = 0).
   const int64_t tile = (p.rows.base(batch, q.offset) + head * p.rows.head_stride) / kBlockM + m_block;
   const int t = threadIdx.x;
   typename Mainloop::TiledMmadQ mma_dq;
@@ -161,10 +166,14 @@ __global__ void __launch_bounds__(Mainloop::kdQElems / Mainloop::kdQPerThread)
   Tensor coords = mma_dq.get_thread_slice(t).partition_C(make_identity_tensor(typename Mainloop::dQTileShape{}));
   static_assert(decltype(size(coords))::value == Mainloop::kdQPerThread);
   const float* acc = p.dq_accum + tile * Mainloop::kdQElems;
+  // Without zeroing (dq_first_store), a tile that no key block reached (causal rows that see no
+  // key, rows past seqused) holds whatever the workspace held: its counter says so.
+  const bool written = !p.dq_first_store ||
+                       (p.semaphore[dq_semaphore_index(tile, kBlockM)] & (kdQStored - 1)) != 0;
   float v[Mainloop::kdQPerThread];
 #pragma unroll
   for (int j = 0; j < Mainloop::kdQPerThread / 4; ++j) {
-    const float4 x = *reinterpret_cast<const float4*>(acc + Mainloop::dq_offset(t, 4 * j));
+    const float4 x = written ? *reinterpret_cast<const float4*>(acc + Mainloop::dq_offset(t, 4 * j)) : make_float4(0.f, 0.f, 0.f, 0.f);
     v[4 * j] = x.x, v[4 * j + 1] = x.y, v[4 * j + 2] = x.z, v[4 * j + 3] = x.w;
   }
   Element* dq = static_cast<Element*>(p.dq) + batch * p.dq_stride[0] + int64_t(q.offset) * p.dq_stride[1] +

@@ -19,6 +19,20 @@ namespace hopattn::sm90::bwd {
 inline constexpr int64_t kQueryBlock = 64;
 inline constexpr int64_t kRowPadding = 128;
 
+// How the fp32 dQ accumulator starts. With the key split (head_dim 64, 128) the preprocess leaves
+// it as it is, and the first key block to reach a query tile stores its partial there (a bulk copy)
+// instead of adding it; the tile's counter, zeroed by the preprocess, records the arrivals
+// (BwdKernel::dq_semaphore). That saves the preprocess writing the whole accumulator (as many bytes
+// as it reads from O and dO). The head_dim split (d256) adds its two halves from consumer threads,
+// which must not spin on another CTA, so its accumulator is still zeroed.
+inline constexpr bool dq_first_store(int64_t head_dim) { return head_dim != 256; }
+// A tile's counter: bits below kdQStored count the key blocks that reached it (deterministic mode:
+// the turn, which counts them too); kdQStored is set once the first one's store has landed.
+inline constexpr int kdQStored = 1 << 30;
+// The counter of the tile-th block_m-row tile of the per-row arrays: counters are per kQueryBlock
+// rows; at 128-row tiles a tile spans two and the first counts.
+inline constexpr int64_t dq_semaphore_index(int64_t tile, int block_m) { return tile * (block_m / kQueryBlock); }
+
 // The main kernel's query rows per step for a problem (BwdConfig's kQueryStep):
 // - d64: 128 (dK and dV take 2 x 32 fp32 per thread, so 128-query transposed scores fit);
 // - d128 without a mask (causal, window or softcap) on fixed-length batches: 80, FlashAttention-3's
