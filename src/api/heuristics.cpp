@@ -11,6 +11,7 @@ FwdTuning& fwd_tuning() {
     if (const char* v = std::getenv("HOPATTN_WS_FOLD")) f.fold = std::atoi(v);
     if (const char* v = std::getenv("HOPATTN_BWD_KEY_BLOCKS_INNER")) f.bwd_key_blocks_inner = std::atoi(v);
     if (const char* v = std::getenv("HOPATTN_BWD_DQ_FIRST_STORE")) f.bwd_dq_first_store = std::atoi(v);
+    if (const char* v = std::getenv("HOPATTN_BWD_PDL")) f.bwd_pdl = std::atoi(v);
     return f;
   }();
   return t;
@@ -58,6 +59,12 @@ bool bwd_causal_key_blocks_inner() {
 // Measured (docs/perf-notes.md, backward v11): the preprocess no longer writes the accumulator.
 bool bwd_dq_first_store() {
   const int forced = fwd_tuning().bwd_dq_first_store;
+  return forced < 0 ? true : forced != 0;
+}
+
+// Measured (docs/perf-notes.md, backward v12).
+bool bwd_programmatic_launch() {
+  const int forced = fwd_tuning().bwd_pdl;
   return forced < 0 ? true : forced != 0;
 }
 

@@ -14,6 +14,7 @@ struct FwdTuning {
   int fold = -1;                  // HOPATTN_WS_FOLD=0/1
   int bwd_key_blocks_inner = -1;  // HOPATTN_BWD_KEY_BLOCKS_INNER=0/1
   int bwd_dq_first_store = -1;    // HOPATTN_BWD_DQ_FIRST_STORE=0/1
+  int bwd_pdl = -1;               // HOPATTN_BWD_PDL=0/1
 };
 FwdTuning& fwd_tuning();
 
@@ -38,5 +39,10 @@ bool bwd_causal_key_blocks_inner();
 // Backward, head_dim 64 and 128: whether the dQ accumulator is left unzeroed and each tile's first
 // partial stored (sm90/bwd/workspace.hpp, dq_first_store). 0 forces the zeroed accumulator, for A/B runs.
 bool bwd_dq_first_store();
+
+// Backward: whether the main kernel and the postprocess are launched with programmatic stream
+// serialisation behind the kernel before them (sm90/grid_dependency.cuh). 0 launches them plainly,
+// for A/B runs.
+bool bwd_programmatic_launch();
 
 }  // namespace hopattn::heuristics

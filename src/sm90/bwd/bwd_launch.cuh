@@ -17,6 +17,7 @@
 #include "sm90/bwd/softcap_main.hpp"
 #include "sm90/bwd/workspace.hpp"
 #include "sm90/bwd_launch.hpp"
+#include "sm90/grid_dependency.cuh"
 #include "sm90/launch_util.hpp"
 
 namespace hopattn::sm90 {
@@ -50,8 +51,10 @@ cudaError_t launch_main(const AttnBackwardProblem& bp, const WorkspaceLayout& w,
   const int64_t grid = int64_t(params.n_blocks) * p.heads_kv * p.batch;
   if (grid > INT_MAX) return cudaErrorInvalidConfiguration;
   if (cudaError_t e = set_max_dynamic_smem_once<&bwd_kernel<Cfg>>(K::kSmemBytes); e != cudaSuccess) return e;
-  bwd_kernel<Cfg><<<unsigned(grid), Cfg::kNumThreads, K::kSmemBytes, stream>>>(params);
-  return cudaGetLastError();
+  // Programmatic: its CTAs start (barrier init, K and V loads) while the preprocess drains; every
+  // thread waits for the preprocess before it touches the rows' lse, D, counters or accumulator.
+  return launch_maybe_programmatic(bwd_kernel<Cfg>, dim3(unsigned(grid)), dim3(Cfg::kNumThreads), K::kSmemBytes, stream,
+                                   heuristics::bwd_programmatic_launch(), params);
 }
 
 }  // namespace bwd
@@ -63,8 +66,10 @@ cudaError_t postprocess(PrePostParams pp, const AttnProblem& p, const WorkspaceL
   pp.m_blocks = int(w.seqlen_q_padded / DqMainloop::kBlockM);  // the postprocess's query blocks
   const int64_t tiles = p.batch * p.heads_q * pp.m_blocks;
   if (tiles > INT_MAX) return cudaErrorInvalidConfiguration;
-  bwd_postprocess_kernel<DqMainloop><<<unsigned(tiles), DqMainloop::kdQElems / DqMainloop::kdQPerThread, 0, stream>>>(pp);
-  return cudaGetLastError();
+  // Programmatic: its launch overlaps the main kernel's last CTAs; it waits for them at its top.
+  return launch_maybe_programmatic(bwd_postprocess_kernel<DqMainloop>, dim3(unsigned(tiles)),
+                                   dim3(DqMainloop::kdQElems / DqMainloop::kdQPerThread), 0, stream,
+                                   heuristics::bwd_programmatic_launch(), pp);
 }
 }  // namespace bwd
 

@@ -16,6 +16,7 @@
 #include "sm90/bwd/consumer_key_split.cuh"
 #include "sm90/bwd/kernel_common.cuh"
 #include "sm90/bwd/mainloop.cuh"
+#include "sm90/grid_dependency.cuh"
 
 namespace hopattn::sm90::bwd {
 
@@ -37,6 +38,9 @@ __device__ __forceinline__ void produce(const typename BwdKernel<Cfg>::Params& p
   const typename Mainloop::Loader loader{mp, ss, blk.kv_head, si};
   PipelineState st = cutlass::make_producer_start_state<Pipeline>();
   if (cute::elect_one_sync()) loader.load_kv(blk.n_block);
+  // K and V are inputs; the rows' lse and D (loaded with Q and dO) come from the preprocess, which
+  // may still be running (programmatic launch): wait for it only now.
+  wait_for_primary_grid();
   for (int g = 0; g < mp.group; ++g) {
     const int head = blk.kv_head * mp.group + g;
     for (int m = range.m_begin; m < range.m_end; ++m) {
@@ -86,15 +90,25 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
   Pipeline pipe_do(ss.pipe_do, pipe_params, Shape<_1, _1, _1>{});
   __syncthreads();  // barrier inits visible before anyone waits on them
 
+  // Programmatic launch (bwd_launch.cuh): the postprocess may be scheduled once every CTA of this
+  // grid has started; it waits for the grid's end. Every thread waits for the preprocess (the
+  // producer warp after its K/V loads) before touching the workspace rows, and before exiting: a
+  // grid whose threads all exited without waiting could complete ahead of the preprocess.
+  launch_dependents();
   if (warp_group == 0) {
     cutlass::arch::warpgroup_reg_dealloc<Cfg::kProducerRegs>();
     const int warp = cutlass::canonical_warp_idx_sync() % 4;
-    if (warp == 0) produce<Cfg>(params, ss, pipe_q, pipe_do);
+    if (warp != 0) wait_for_primary_grid();
+    if (warp == 0) {
+      produce<Cfg>(params, ss, pipe_q, pipe_do);
+      wait_for_primary_grid();  // produce() returns early, before its wait, when no query sees these keys
+    }
     if constexpr (!Cfg::kSplitHeadDim) {
       if (warp == 1) write_dq<Cfg>(params, ss);  // the key split's dQ bulk adds
     }
   } else {
     cutlass::arch::warpgroup_reg_alloc<Cfg::kConsumerRegs>();
+    wait_for_primary_grid();
     const int thread_idx = threadIdx.x - 128;
     if constexpr (Cfg::kSplitHeadDim) {
       consume_head_split<Cfg>(params, ss, pipe_q, pipe_do, thread_idx);

@@ -16,6 +16,7 @@
 #include "api/problem.hpp"
 #include "sm90/bwd/mainloop.cuh"
 #include "sm90/bwd/workspace.hpp"
+#include "sm90/grid_dependency.cuh"
 
 namespace hopattn::sm90::bwd {
 
@@ -87,6 +88,9 @@ template <class Element, int kHeadDim>
 __global__ void __launch_bounds__(PreprocessShape<Element, kHeadDim>::kThreads) bwd_preprocess_kernel(const PrePostParams p) {
   using Shape = PreprocessShape<Element, kHeadDim>;
   constexpr int kLanes = Shape::kLanesPerRow, kVec = Shape::kVec, kPasses = Shape::kPasses;
+  // The main kernel (launched programmatically behind this one) may be scheduled once every block
+  // has started: it waits for this grid's end before reading what it writes.
+  launch_dependents();
   const int64_t warp_row = (int64_t(blockIdx.x) * (Shape::kThreads / 32) + threadIdx.x / 32) * Shape::kRowsPerWarp;
   if (warp_row >= int64_t(p.batch) * p.heads_q * p.seqlen_q_padded) return;  // whole warps: rows come in kRowsPerWarp
   const int lane = threadIdx.x % 32, sub = lane % kLanes;
@@ -101,6 +105,18 @@ __global__ void __launch_bounds__(PreprocessShape<Element, kHeadDim>::kThreads) 
   const int rows_written = p.cu_q == nullptr ? p.seqlen_q_padded : (q.len + kRowPadding - 1) / kRowPadding * kRowPadding;
   const Element* o_base = static_cast<const Element*>(p.out) + batch * p.o_stride[0] + head * p.o_stride[2] + sub * kVec;
   const Element* do_base = static_cast<const Element*>(p.dout) + batch * p.do_stride[0] + head * p.do_stride[2] + sub * kVec;
+  // Every load of the warp (O, dO and the rows' lse) is issued before the first use: one memory
+  // round trip per warp. (The lse used to be loaded after the reduction, a second dependent trip.)
+  // Lane r loads the lse of the warp's row r; the row's lanes take it by a shuffle later, which
+  // costs one register where a per-pass copy cost ptxas four more 64-bit addresses and a spill.
+  static_assert(Shape::kRowsPerWarp <= 32);
+  const int warp_row0 = row0 - lane / kLanes;
+  float lse_of_lane = -INFINITY;
+  if (lane < Shape::kRowsPerWarp && warp_row0 + lane < q.used) {
+    const int row = warp_row0 + lane;
+    lse_of_lane = p.cu_q == nullptr ? __ldg(p.lse + (int64_t(batch) * p.heads_q + head) * p.seqlen_q + row)
+                                    : __ldg(p.lse + int64_t(head) * p.total_q + q.offset + row);
+  }
   uint4 o[kPasses], d[kPasses];
 #pragma unroll
   for (int i = 0; i < kPasses; ++i) {
@@ -121,15 +137,12 @@ __global__ void __launch_bounds__(PreprocessShape<Element, kHeadDim>::kThreads) 
     float dot = dot16<Element>(o[i], d[i]);
 #pragma unroll
     for (int off = kLanes / 2; off > 0; off /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, off);
+    const float lse = __shfl_sync(0xffffffffu, lse_of_lane, row - warp_row0);
     if (row >= rows_written) continue;
     const int64_t w = w0 + row;
     if (sub == 0) {
-      float lse2 = INFINITY;  // pad rows, rows past seqused and rows with no key: P = exp2(s - inf) = 0
-      if (row < q.used) {
-        const float l = p.cu_q == nullptr ? p.lse[(int64_t(batch) * p.heads_q + head) * p.seqlen_q + row]
-                                          : p.lse[int64_t(head) * p.total_q + q.offset + row];
-        if (l != -INFINITY) lse2 = l * 1.4426950408889634f;
-      }
+      // Pad rows, rows past seqused and rows with no key (lse -inf): +inf, so P = exp2(s - inf) = 0.
+      const float lse2 = lse != -INFINITY ? lse * 1.4426950408889634f : INFINITY;
       p.dpsum[w] = dot;
       p.lse_log2[w] = lse2;
       if (row % kQueryBlock == 0) p.semaphore[w / kQueryBlock] = 0;
@@ -152,6 +165,9 @@ __global__ void __launch_bounds__(Mainloop::kdQElems / Mainloop::kdQPerThread)
   using Element = typename Mainloop::Element;
   constexpr int kThreads = Mainloop::kdQElems / Mainloop::kdQPerThread;
   constexpr int kBlockM = Mainloop::kBlockM;
+  // Launched programmatically behind the main kernel: nothing here may read the accumulator or the
+  // counters before that grid has finished (and, through it, the preprocess).
+  wait_for_primary_grid();
   const int64_t grid_tile = blockIdx.x;  // (batch, head, m_block) flattened
   const int m_block = int(grid_tile % p.m_blocks);
   const int head = int((grid_tile / p.m_blocks) % p.heads_q);

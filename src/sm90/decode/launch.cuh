@@ -37,17 +37,8 @@ cudaError_t launch_split(const DecodeParams& params, int64_t blocks, cudaStream_
 template <typename Element, int kHeadDim>
 cudaError_t launch_combine(const DecodeParams& params, cudaStream_t stream, bool programmatic = true) {
   const int64_t rows = params.p.batch * params.p.heads_q * params.p.seqlen_q;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>((rows + kWarps - 1) / kWarps));
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = 0;
-  config.stream = stream;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attribute;
-  config.numAttrs = programmatic ? 1 : 0;
-  return cudaLaunchKernelEx(&config, combine_kernel<Element, kHeadDim>, params);
+  return launch_maybe_programmatic(combine_kernel<Element, kHeadDim>, dim3(static_cast<unsigned>((rows + kWarps - 1) / kWarps)),
+                                    dim3(kThreads), 0, stream, programmatic, params);
 }
 
 // The split kernel for the block's row tiles (params.rows_per_block), capped or not.

@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "sm90/grid_dependency.cuh"
+
 namespace hopattn::sm90::decode {
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
@@ -26,12 +28,8 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
-// Programmatic dependent launch (sm_90): the split kernel signals that the combine kernel, launched
-// behind it with cudaLaunchAttributeProgrammaticStreamSerialization, may be scheduled now; the
-// combine waits at its top until the split grid has finished and its writes are visible. Without
-// that attribute (or with nothing launched behind) both are no-ops.
-__device__ __forceinline__ void launch_dependents() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
-__device__ __forceinline__ void wait_for_primary_grid() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+// launch_dependents() / wait_for_primary_grid(): sm90/grid_dependency.cuh (the split kernel lets the
+// combine, launched behind it with programmatic serialisation, be scheduled early).
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
