@@ -9,9 +9,6 @@ FwdTuning& fwd_tuning() {
     FwdTuning f;
     if (const char* v = std::getenv("HOPATTN_WS_SNAKE")) f.snake = std::atoi(v);
     if (const char* v = std::getenv("HOPATTN_WS_FOLD")) f.fold = std::atoi(v);
-    if (const char* v = std::getenv("HOPATTN_BWD_KEY_BLOCKS_INNER")) f.bwd_key_blocks_inner = std::atoi(v);
-    if (const char* v = std::getenv("HOPATTN_BWD_DQ_FIRST_STORE")) f.bwd_dq_first_store = std::atoi(v);
-    if (const char* v = std::getenv("HOPATTN_BWD_PDL")) f.bwd_pdl = std::atoi(v);
     return f;
   }();
   return t;
@@ -50,22 +47,5 @@ bool fp8_causal_fold_order(int block_m, bool varlen) {
 // separate O buffer (+18% at 512); up to 4k, N = 160 keeps the separate O buffer (+4% at 2k);
 // beyond, N = 176 amortises each softmax over the most keys (+1.5% at 16k).
 int d128_noncausal_key_tile(int64_t seqlen_k) { return seqlen_k <= 1024 ? 128 : seqlen_k <= 4096 ? 160 : 0; }
-
-bool bwd_causal_key_blocks_inner() {
-  const int forced = fwd_tuning().bwd_key_blocks_inner;
-  return forced < 0 ? true : forced != 0;
-}
-
-// Measured (docs/perf-notes.md, backward v11): the preprocess no longer writes the accumulator.
-bool bwd_dq_first_store() {
-  const int forced = fwd_tuning().bwd_dq_first_store;
-  return forced < 0 ? true : forced != 0;
-}
-
-// Measured (docs/perf-notes.md, backward v12).
-bool bwd_programmatic_launch() {
-  const int forced = fwd_tuning().bwd_pdl;
-  return forced < 0 ? true : forced != 0;
-}
 
 }  // namespace hopattn::heuristics

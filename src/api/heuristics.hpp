@@ -1,6 +1,7 @@
 // Host-side schedule heuristics of the forward kernels, measured on the H200 (docs/perf-notes.md,
 // "v2"). They live outside the kernel headers so that retuning a threshold recompiles this one
-// file rather than every kernel instantiation.
+// file rather than every kernel instantiation. The backward's live in bwd_heuristics.hpp, so that a
+// backward switch does not touch the forward kernels' includes either.
 #pragma once
 
 #include <cstdint>
@@ -12,9 +13,6 @@ namespace hopattn::heuristics {
 struct FwdTuning {
   int snake = -1;
   int fold = -1;                  // HOPATTN_WS_FOLD=0/1
-  int bwd_key_blocks_inner = -1;  // HOPATTN_BWD_KEY_BLOCKS_INNER=0/1
-  int bwd_dq_first_store = -1;    // HOPATTN_BWD_DQ_FIRST_STORE=0/1
-  int bwd_pdl = -1;               // HOPATTN_BWD_PDL=0/1
 };
 FwdTuning& fwd_tuning();
 
@@ -31,18 +29,5 @@ bool fp8_causal_fold_order(int block_m, bool varlen);
 // Key tile (keys per pipeline stage) of the d128 non-causal FlashAttention-3 kernel; 0 means the
 // config's default (176).
 int d128_noncausal_key_tile(int64_t seqlen_k);
-
-// Backward, causal: whether the key blocks of one head are launched side by side (L2 locality of
-// that head's Q, dO and dQ accumulator) rather than longest-first across heads.
-bool bwd_causal_key_blocks_inner();
-
-// Backward, head_dim 64 and 128: whether the dQ accumulator is left unzeroed and each tile's first
-// partial stored (sm90/bwd/workspace.hpp, dq_first_store). 0 forces the zeroed accumulator, for A/B runs.
-bool bwd_dq_first_store();
-
-// Backward: whether the main kernel and the postprocess are launched with programmatic stream
-// serialisation behind the kernel before them (sm90/grid_dependency.cuh). 0 launches them plainly,
-// for A/B runs.
-bool bwd_programmatic_launch();
 
 }  // namespace hopattn::heuristics

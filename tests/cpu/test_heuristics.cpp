@@ -4,6 +4,7 @@
 
 #include <initializer_list>
 
+#include "api/bwd_heuristics.hpp"
 #include "api/heuristics.hpp"
 
 namespace hopattn::heuristics {
@@ -63,18 +64,29 @@ TEST(Heuristics, Fp8FoldOrderForPackedBatchesAndOverride) {
   t = saved;
 }
 
-// Backward causal launch order: key blocks of one head side by side unless overridden (measured
-// +33% at d128 causal 2k against longest-first across heads: docs/perf-notes.md, backward v3).
-TEST(Heuristics, BackwardCausalOrderDefaultAndOverride) {
-  FwdTuning& t = fwd_tuning();
-  const FwdTuning saved = t;
-  t.bwd_key_blocks_inner = -1;
-  EXPECT_TRUE(bwd_causal_key_blocks_inner());
-  t.bwd_key_blocks_inner = 0;
-  EXPECT_FALSE(bwd_causal_key_blocks_inner());
-  t.bwd_key_blocks_inner = 1;
-  EXPECT_TRUE(bwd_causal_key_blocks_inner());
-  t = saved;
+// Backward switches: the causal key blocks of one head side by side (+33% at d128 causal 2k against
+// longest-first across heads, backward v3) and the first dQ writer storing (v11) default on; the
+// programmatic launch (v12, no gain measured) defaults off. Each override wins.
+TEST(Heuristics, BackwardSwitchesDefaultOnAndOverride) {
+  BwdTuning& t = bwd_tuning();
+  const BwdTuning saved = t;
+  struct Switch {
+    int BwdTuning::*field;
+    bool (*value)();
+    const char* name;
+    bool default_on;
+  };
+  for (const Switch& s : {Switch{&BwdTuning::key_blocks_inner, bwd_causal_key_blocks_inner, "key_blocks_inner", true},
+                          Switch{&BwdTuning::dq_first_store, bwd_dq_first_store, "dq_first_store", true},
+                          Switch{&BwdTuning::pdl, bwd_programmatic_launch, "pdl", false}}) {
+    t.*s.field = -1;
+    EXPECT_EQ(s.value(), s.default_on) << s.name;
+    t.*s.field = 0;
+    EXPECT_FALSE(s.value()) << s.name;
+    t.*s.field = 1;
+    EXPECT_TRUE(s.value()) << s.name;
+    t = saved;
+  }
 }
 
 }  // namespace

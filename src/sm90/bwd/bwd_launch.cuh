@@ -10,7 +10,7 @@
 #include <climits>
 #include <cstdint>
 
-#include "api/heuristics.hpp"
+#include "api/bwd_heuristics.hpp"
 #include "api/problem.hpp"
 #include "sm90/bwd/kernel.cuh"
 #include "sm90/bwd/prepost.cuh"

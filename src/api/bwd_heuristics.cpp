@@ -1,0 +1,34 @@
+#include "api/bwd_heuristics.hpp"
+
+#include <cstdlib>
+
+namespace hopattn::heuristics {
+
+BwdTuning& bwd_tuning() {
+  static BwdTuning t = [] {
+    BwdTuning b;
+    if (const char* v = std::getenv("HOPATTN_BWD_KEY_BLOCKS_INNER")) b.key_blocks_inner = std::atoi(v);
+    if (const char* v = std::getenv("HOPATTN_BWD_DQ_FIRST_STORE")) b.dq_first_store = std::atoi(v);
+    if (const char* v = std::getenv("HOPATTN_BWD_PDL")) b.pdl = std::atoi(v);
+    return b;
+  }();
+  return t;
+}
+
+namespace {
+bool forced_or(int forced, bool fallback) { return forced < 0 ? fallback : forced != 0; }
+}  // namespace
+
+// Measured (docs/perf-notes.md, backward v3 and v5): d128 causal 1k / 2k / 4k 256 / 362 / 457 TFLOP/s
+// against 208 / 272 / 424 longest-first across heads; d64 and d256 favour it at every length too.
+bool bwd_causal_key_blocks_inner() { return forced_or(bwd_tuning().key_blocks_inner, true); }
+
+// Measured (docs/perf-notes.md, backward v11): the preprocess no longer writes the accumulator.
+bool bwd_dq_first_store() { return forced_or(bwd_tuning().dq_first_store, true); }
+
+// Off: measured no gain (docs/perf-notes.md, backward v12; d128 1k-4k, causal and not, within +-1%
+// and 2k causal 1-2% slower). The main kernel's CTAs need a whole SM, so they cannot start before the
+// preprocess's blocks on that SM have left, and the launch gap on a busy stream is already hidden.
+bool bwd_programmatic_launch() { return forced_or(bwd_tuning().pdl, false); }
+
+}  // namespace hopattn::heuristics

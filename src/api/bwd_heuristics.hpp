@@ -1,0 +1,28 @@
+// Host-side schedule switches of the backward kernels (docs/perf-notes.md, "Backward"). Apart from
+// heuristics.hpp so that retuning one recompiles the backward launchers only, not the forward's.
+#pragma once
+
+namespace hopattn::heuristics {
+
+// Overrides for A/B runs; a negative field means "use the default". Initialised once from the
+// environment.
+struct BwdTuning {
+  int key_blocks_inner = -1;  // HOPATTN_BWD_KEY_BLOCKS_INNER=0/1
+  int dq_first_store = -1;    // HOPATTN_BWD_DQ_FIRST_STORE=0/1
+  int pdl = -1;               // HOPATTN_BWD_PDL=0/1
+};
+BwdTuning& bwd_tuning();
+
+// Causal: whether the key blocks of one head are launched side by side (L2 locality of that head's
+// Q, dO and dQ accumulator) rather than longest-first across heads.
+bool bwd_causal_key_blocks_inner();
+
+// Head_dim 64 and 128: whether the dQ accumulator is left unzeroed and each tile's first partial
+// stored (sm90/bwd/workspace.hpp, dq_first_store). 0 forces the zeroed accumulator.
+bool bwd_dq_first_store();
+
+// Whether the main kernel and the postprocess are launched with programmatic stream serialisation
+// behind the kernel before them (sm90/grid_dependency.cuh). Off by default; 1 turns it on.
+bool bwd_programmatic_launch();
+
+}  // namespace hopattn::heuristics
