@@ -1,23 +1,14 @@
 #include "api/bwd_heuristics.hpp"
 
-#include <cstdlib>
+#include "api/tuning_override.hpp"
 
 namespace hopattn::heuristics {
 
 BwdTuning& bwd_tuning() {
-  static BwdTuning t = [] {
-    BwdTuning b;
-    if (const char* v = std::getenv("HOPATTN_BWD_KEY_BLOCKS_INNER")) b.key_blocks_inner = std::atoi(v);
-    if (const char* v = std::getenv("HOPATTN_BWD_DQ_FIRST_STORE")) b.dq_first_store = std::atoi(v);
-    if (const char* v = std::getenv("HOPATTN_BWD_PDL")) b.pdl = std::atoi(v);
-    return b;
-  }();
+  static BwdTuning t{env_override("HOPATTN_BWD_KEY_BLOCKS_INNER"), env_override("HOPATTN_BWD_DQ_FIRST_STORE"),
+                     env_override("HOPATTN_BWD_PDL")};
   return t;
 }
-
-namespace {
-bool forced_or(int forced, bool fallback) { return forced < 0 ? fallback : forced != 0; }
-}  // namespace
 
 // Measured (docs/perf-notes.md, backward v3 and v5): d128 causal 1k / 2k / 4k 256 / 362 / 457 TFLOP/s
 // against 208 / 272 / 424 longest-first across heads; d64 and d256 favour it at every length too.

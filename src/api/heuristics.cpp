@@ -1,16 +1,11 @@
 #include "api/heuristics.hpp"
 
-#include <cstdlib>
+#include "api/tuning_override.hpp"
 
 namespace hopattn::heuristics {
 
 FwdTuning& fwd_tuning() {
-  static FwdTuning t = [] {
-    FwdTuning f;
-    if (const char* v = std::getenv("HOPATTN_WS_SNAKE")) f.snake = std::atoi(v);
-    if (const char* v = std::getenv("HOPATTN_WS_FOLD")) f.fold = std::atoi(v);
-    return f;
-  }();
+  static FwdTuning t{env_override("HOPATTN_WS_SNAKE"), env_override("HOPATTN_WS_FOLD")};
   return t;
 }
 
@@ -18,8 +13,7 @@ FwdTuning& fwd_tuning() {
 // many causal tiles of widely different lengths, and loses ~5% at 1k-2k, where tiles are short
 // and runs of equal-length ones already balance the plain round-robin.
 bool causal_snake_order(int64_t seqlen_q) {
-  const int forced = fwd_tuning().snake;
-  return forced < 0 ? seqlen_q >= 4096 : forced != 0;
+  return forced_or(fwd_tuning().snake, seqlen_q >= 4096);
 }
 
 // Measured on the paper grid (docs/perf-notes.md, v3): with 128-row tiles (d128, d256) folding gains
@@ -27,8 +21,7 @@ bool causal_snake_order(int64_t seqlen_q) {
 // loses 2-23%: an odd number of query blocks leaves a half-cost unit per head, and with 132 CTAs
 // the same CTAs draw it every round.
 bool causal_fold_order(int block_m) {
-  const int forced = fwd_tuning().fold;
-  return forced < 0 ? block_m == 128 : forced != 0;
+  return forced_or(fwd_tuning().fold, block_m == 128);
 }
 
 // FP8, measured with bench/varlen.py --fp8 (docs/perf-notes.md, "FP8 on packed batches"): packed
@@ -38,9 +31,7 @@ bool causal_fold_order(int block_m) {
 // order for fixed-length FP8"): 128-row tiles (d128, d256) gain 2-10% up to 8k and stay level at
 // 16k; d64's 192-row tiles lose 4-19%.
 bool fp8_causal_fold_order(int block_m, bool varlen) {
-  const int forced = fwd_tuning().fold;
-  if (forced >= 0) return forced != 0;
-  return varlen || causal_fold_order(block_m);
+  return forced_or(fwd_tuning().fold, varlen || causal_fold_order(block_m));
 }
 
 // Up to 1k keys, N = 128 pads nothing at the grid's powers of two and leaves shared memory for the
