@@ -159,6 +159,7 @@ def main_fp8(args):
             ms_e2e = timer(lambda: hopattn.attention_fp8_varlen(q, k, v, cu, cu, m, m, causal=causal))
             ms_kernel = timer(lambda: hopattn.forward_fp8_varlen(q8, k8, v8, cu, cu, m, m, causal=causal))
             fixed_e2e = fixed_kernel = 0.0
+            kernel_by_length = {}  # the fixed side's terms: where its run-to-run spread comes from
             for length in sorted(set(lens)):
                 count = lens.count(length)
                 qf = torch.randn(count, length, h, d, device="cuda", dtype=dtype)
@@ -166,7 +167,8 @@ def main_fp8(args):
                 vf = torch.randn(count, length, hk, d, device="cuda", dtype=dtype)
                 qf8, kf8, vf8 = qf.to(e4m3), kf.to(e4m3), vf.to(e4m3)
                 fixed_e2e += timer(lambda: hopattn.attention_fp8(qf, kf, vf, causal=causal))
-                fixed_kernel += timer(lambda: hopattn.forward_fp8(qf8, kf8, vf8, causal=causal))
+                kernel_by_length[length] = timer(lambda: hopattn.forward_fp8(qf8, kf8, vf8, causal=causal))
+                fixed_kernel += kernel_by_length[length]
             # Sequence 0 of the packed call must equal its own fixed-length FP8 call bitwise.
             out = hopattn.attention_fp8_varlen(q, k, v, cu, cu, m, m, causal=causal)
             s0 = lens[0]
@@ -179,6 +181,7 @@ def main_fp8(args):
                 "varlen_kernel_ms": ms_kernel, "fixed_kernel_ms": fixed_kernel, "kernel_ratio": ms_kernel / fixed_kernel,
                 "varlen_kernel_tflops": flops / ms_kernel / 1e9, "fixed_kernel_tflops": flops / fixed_kernel / 1e9,
                 "varlen_e2e_tflops": flops / ms_e2e / 1e9, "max_abs_diff_seq0": err,
+                "fixed_kernel_ms_by_length": kernel_by_length,
             })
 
     print(f"timer: {timer_name}; FP8 from {args.dtype}, head_dim {d}, heads {h}/{hk}; device {torch.cuda.get_device_name()}")

@@ -13,6 +13,7 @@ namespace hopattn::heuristics {
 struct FwdTuning {
   int snake = -1;
   int fold = -1;                  // HOPATTN_WS_FOLD=0/1
+  int varlen_balance = -1;        // HOPATTN_WS_VARLEN_BALANCE=0/1
 };
 FwdTuning& fwd_tuning();
 
@@ -22,6 +23,10 @@ bool causal_snake_order(int64_t seqlen_q);
 // Whether the persistent scheduler hands masked (causal, windowed) tiles out in folded units (see
 // tile_scheduler.hpp) for a kernel of block_m query rows per tile; it overrides the snake order.
 bool causal_fold_order(int block_m);
+
+// Whether packed causal batches take the balanced tile order within each sequence
+// (sm90/ws/varlen_tile_order.hpp). Off until measured on the GPU.
+bool varlen_balanced_order();
 // The same for the FP8 kernels: on for packed (varlen) batches at every tile height, and for
 // fixed-length ones with 128-row tiles (d128, d256), unless forced.
 bool fp8_causal_fold_order(int block_m, bool varlen);

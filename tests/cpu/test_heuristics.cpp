@@ -67,6 +67,19 @@ TEST(Heuristics, Fp8FoldOrderForPackedBatchesAndOverride) {
 // Backward switches: the causal key blocks of one head side by side (+33% at d128 causal 2k against
 // longest-first across heads, backward v3) and the first dQ writer storing (v11) default on; the
 // programmatic launch (v12, no gain measured) defaults off. Each override wins.
+// The balanced order for packed causal batches is off until the GPU has measured it; the override wins.
+TEST(Heuristics, VarlenBalancedOrderOffByDefaultAndOverride) {
+  FwdTuning& t = fwd_tuning();
+  const FwdTuning saved = t;
+  t.varlen_balance = -1;
+  EXPECT_FALSE(varlen_balanced_order());
+  t.varlen_balance = 1;
+  EXPECT_TRUE(varlen_balanced_order());
+  t.varlen_balance = 0;
+  EXPECT_FALSE(varlen_balanced_order());
+  t = saved;
+}
+
 TEST(Heuristics, BackwardSwitchesDefaultOnAndOverride) {
   BwdTuning& t = bwd_tuning();
   const BwdTuning saved = t;

@@ -50,6 +50,7 @@ cudaError_t launch_ws_config(const Problem& prob, const AttnProblem& pr, cudaStr
   if constexpr (Cfg::kVarlen) {  // VarlenTileScheduler counts the real tiles from cu_seqlens_q
     params.order.cu_q = pr.cu_seqlens_q;
     params.order.rows_q = int(pr.varlen() ? pr.total_q : pr.seqlen_q);
+    params.order.balanced = heuristics::varlen_balanced_order();
   }
 
   int grid = params.order.num_tiles();

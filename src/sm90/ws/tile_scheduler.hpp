@@ -9,6 +9,8 @@
 
 #include <cute/config.hpp>
 
+#include "sm90/ws/varlen_tile_order.hpp"
+
 namespace hopattn::sm90::ws {
 
 struct WorkTile {
@@ -40,6 +42,7 @@ struct TileOrder {
   // cu_q null (a fixed-length batch with per-sequence key counts): rows_q query rows per sequence.
   const int32_t* cu_q = nullptr;
   int rows_q = 0;
+  bool balanced = false;  // varlen, causal, not folded: varlen_tile_order.hpp's balanced order
 
   __host__ __device__ int num_tiles() const { return num_m_blocks * heads * batch; }
   __host__ __device__ int units_per_head() const { return (num_m_blocks + 1) / 2; }
@@ -116,8 +119,7 @@ struct StaticTileScheduler {
 // The host cannot count the tiles without reading cu_seqlens back, so the device does: a warp finds
 // the sequence holding a work index by a prefix sum over 32 sequences' tile counts at a time,
 // resuming from where its previous lookup stopped (a CTA's indices only grow), so a CTA scans the
-// batch once in all. Within a sequence, tiles of one head are adjacent (their K/V share L2); causal
-// ones come in folded units (query blocks u and nb-1-u, TileOrder's fold) that cost the same.
+// batch once in all. The order within a sequence: varlen_tile_in (varlen_tile_order.hpp).
 // Every lane of the calling warp must take part (the producer warp and the consumer warps do).
 template <bool kCausal, int kBlockM>
 struct VarlenTileScheduler {
@@ -174,24 +176,15 @@ struct VarlenTileScheduler {
     return (kCausal && order.fold) ? 2 * ((nb + 1) / 2) * order.heads : nb * order.heads;
   }
   __device__ WorkTile tile_in(int i, int nb) const {
+    const VarlenTileIndex v = varlen_tile_in<kCausal>(i, nb, order.heads, order.fold, order.balanced);
     WorkTile t{};
-    if (kCausal && order.fold) {
-      const int half = i & 1, upb = (nb + 1) / 2;
-      const int unit = i >> 1;
-      const int u = unit % upb;
-      t.head = unit / upb;
-      const int m_long = nb - 1 - u;
-      t.m_block = half == 0 ? m_long : (u == m_long ? -1 : u);
-    } else {
-      t.m_block = kCausal ? nb - 1 - i % nb : i % nb;  // causal: longest first
-      t.head = i / nb;
-    }
+    t.m_block = v.m_block;
+    t.head = v.head;
     return t;
   }
   __device__ int index_of(int r) const {
-    const int g = static_cast<int>(gridDim.x), b = static_cast<int>(blockIdx.x);
-    if (kCausal && order.fold) return 2 * ((r >> 1) * g + b) + (r & 1);
-    return r * g + b;
+    return varlen_work_index<kCausal>(r, static_cast<int>(gridDim.x), static_cast<int>(blockIdx.x), order.fold,
+                                      order.balanced);
   }
 };
 
