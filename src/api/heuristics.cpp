@@ -20,24 +20,21 @@ bool causal_snake_order(int64_t seqlen_q) {
 // Measured on the paper grid (docs/perf-notes.md, v3): with 128-row tiles (d128, d256) folding gains
 // 16-23% at causal 512-2k, 3-6% at 4k, 1-2% at 8k and nothing at 16k; with 192-row tiles (d64) it
 // loses 2-23%: an odd number of query blocks leaves a half-cost unit per head, and with 132 CTAs
-// the same CTAs draw it every round.
+// the same CTAs draw it every round. FP8 fixed-length, on compare.py's causal FP8 grid (perf-notes,
+// "The fold order for fixed-length FP8"): 128-row tiles gain 2-10% up to 8k, d64 loses 4-19%.
+// Packed FP8 batches folded at every height until session 23 (+11-21% over the plain order,
+// perf-notes "FP8 on packed batches"); at d64 the balanced order beats the fold (perf-notes,
+// "Packed causal batches: the balanced order"), so d64 packed batches no longer fold either.
 bool causal_fold_order(int block_m) {
   return forced_or(fwd_tuning().fold, block_m == 128);
 }
 
-// FP8, measured with bench/varlen.py --fp8 (docs/perf-notes.md, "FP8 on packed batches"): packed
-// causal batches gain 11-21% at every head dim, 192-row d64 tiles included (the varlen scheduler
-// folds within each sequence, so the half-cost units do not all land on the same CTAs). Fixed-length
-// FP8 follows the 16-bit rule, measured on compare.py's causal FP8 grid (perf-notes, "The fold
-// order for fixed-length FP8"): 128-row tiles (d128, d256) gain 2-10% up to 8k and stay level at
-// 16k; d64's 192-row tiles lose 4-19%.
-bool fp8_causal_fold_order(int block_m, bool varlen) {
-  return forced_or(fwd_tuning().fold, varlen || causal_fold_order(block_m));
-}
-
-// Not measured yet (session 22 had no GPU time left): the CPU model of a 132-CTA round-robin
-// (tests/cpu/test_varlen_tile_order.cpp) predicts the gain, the GPU has to confirm it.
-bool varlen_balanced_order() { return forced_or(fwd_tuning().varlen_balance, false); }
+// The plain order deals each sequence's query blocks m_block fastest; with 132 CTAs and 11 blocks
+// per head (2k at d64's 192 rows) every CTA draws the same block in every round. Measured with
+// bench/varlen_same_work.py (perf-notes, "Packed causal batches: the balanced order"): bf16 d64
+// 16 x 2k causal 1.65x -> 1.05-1.06x the fixed-length call, 4 x 8k 1.20x -> 1.00-1.04x; FP8 d64
+// 16 x 2k 1.19x (folded) -> 1.07-1.09x, 4 x 8k 1.12x -> 1.09-1.10x.
+bool varlen_balanced_order() { return forced_or(fwd_tuning().varlen_balance, true); }
 
 // Up to 1k keys, N = 128 pads nothing at the grid's powers of two and leaves shared memory for the
 // separate O buffer (+18% at 512); up to 4k, N = 160 keeps the separate O buffer (+4% at 2k);

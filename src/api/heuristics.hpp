@@ -22,14 +22,11 @@ bool causal_snake_order(int64_t seqlen_q);
 
 // Whether the persistent scheduler hands masked (causal, windowed) tiles out in folded units (see
 // tile_scheduler.hpp) for a kernel of block_m query rows per tile; it overrides the snake order.
+// The same rule for the 16-bit and the FP8 kernels, fixed-length and packed.
 bool causal_fold_order(int block_m);
 
-// The same for the FP8 kernels: on for packed (varlen) batches at every tile height, and for
-// fixed-length ones with 128-row tiles (d128, d256), unless forced.
-bool fp8_causal_fold_order(int block_m, bool varlen);
-
-// Whether packed causal batches take the balanced tile order within each sequence
-// (sm90/ws/varlen_tile_order.hpp). Off until measured on the GPU.
+// Whether packed causal batches that are not folded take the balanced tile order within each
+// sequence (sm90/ws/varlen_tile_order.hpp). On unless forced off.
 bool varlen_balanced_order();
 
 // Key tile (keys per pipeline stage) of the d128 non-causal FlashAttention-3 kernel; 0 means the

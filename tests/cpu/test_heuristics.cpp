@@ -47,39 +47,23 @@ TEST(Heuristics, FoldOrderByTileRowsAndOverride) {
   t = saved;
 }
 
-// FP8: folded for packed batches at both tile heights and for fixed-length 128-row tiles; fixed-length
-// 192-row (d64) tiles go longest-first, unless forced.
-TEST(Heuristics, Fp8FoldOrderForPackedBatchesAndOverride) {
+// The balanced order for packed causal batches is on by default (measured on the H200, session 23);
+// the override wins.
+TEST(Heuristics, VarlenBalancedOrderOnByDefaultAndOverride) {
   FwdTuning& t = fwd_tuning();
   const FwdTuning saved = t;
-  t.fold = -1;
-  EXPECT_TRUE(fp8_causal_fold_order(128, true));
-  EXPECT_TRUE(fp8_causal_fold_order(192, true));
-  EXPECT_TRUE(fp8_causal_fold_order(128, false));   // fixed length: the 16-bit rule, 128-row tiles fold
-  EXPECT_FALSE(fp8_causal_fold_order(192, false));
-  t.fold = 0;
-  EXPECT_FALSE(fp8_causal_fold_order(128, true));
-  t.fold = 1;
-  EXPECT_TRUE(fp8_causal_fold_order(192, false));
+  t.varlen_balance = -1;
+  EXPECT_TRUE(varlen_balanced_order());
+  t.varlen_balance = 0;
+  EXPECT_FALSE(varlen_balanced_order());
+  t.varlen_balance = 1;
+  EXPECT_TRUE(varlen_balanced_order());
   t = saved;
 }
 
 // Backward switches: the causal key blocks of one head side by side (+33% at d128 causal 2k against
 // longest-first across heads, backward v3) and the first dQ writer storing (v11) default on; the
 // programmatic launch (v12, no gain measured) defaults off. Each override wins.
-// The balanced order for packed causal batches is off until the GPU has measured it; the override wins.
-TEST(Heuristics, VarlenBalancedOrderOffByDefaultAndOverride) {
-  FwdTuning& t = fwd_tuning();
-  const FwdTuning saved = t;
-  t.varlen_balance = -1;
-  EXPECT_FALSE(varlen_balanced_order());
-  t.varlen_balance = 1;
-  EXPECT_TRUE(varlen_balanced_order());
-  t.varlen_balance = 0;
-  EXPECT_FALSE(varlen_balanced_order());
-  t = saved;
-}
-
 TEST(Heuristics, BackwardSwitchesDefaultOnAndOverride) {
   BwdTuning& t = bwd_tuning();
   const BwdTuning saved = t;

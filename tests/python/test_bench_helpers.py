@@ -211,20 +211,30 @@ def test_plot_writes_png(tmp_path):
     assert (tmp_path / "x.png").stat().st_size > 0
 
 
-@pytest.mark.parametrize("script", ["spread.py", "kernel_split.py", "protocol.py"])
-def test_timing_scripts_parse_without_torch(script, capsys):
-    # They import torch only after parsing: --help must work on a machine without it, and a bad
-    # argument must be refused there too.
+def _check_parses_without_torch(script, option, bad_args, capsys):
+    """--help lists `option` and exits 0; `bad_args` are refused with exit code 2."""
     spec = importlib.util.spec_from_file_location(script[:-3], common.__file__.replace("common.py", script))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     with pytest.raises(SystemExit) as done:
         module.main(["--help"])
     assert done.value.code == 0
-    assert "--warm-seconds" in capsys.readouterr().out
+    assert option in capsys.readouterr().out
     with pytest.raises(SystemExit) as bad:
-        module.main(["--direction", "sideways"])
+        module.main(bad_args)
     assert bad.value.code == 2
+
+
+@pytest.mark.parametrize("script", ["spread.py", "kernel_split.py", "protocol.py"])
+def test_timing_scripts_parse_without_torch(script, capsys):
+    # They import torch only after parsing: --help must work on a machine without it, and a bad
+    # argument must be refused there too.
+    _check_parses_without_torch(script, "--warm-seconds", ["--direction", "sideways"], capsys)
+
+
+def test_varlen_same_work_parses_without_torch(capsys):
+    # Imports torch only after parsing: --help works without it, a bad value is refused there too.
+    _check_parses_without_torch("varlen_same_work.py", "--seqlen", ["--batch", "many"], capsys)
 
 
 def test_protocol_union_of_kernel_intervals():

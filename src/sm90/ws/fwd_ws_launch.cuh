@@ -44,8 +44,7 @@ cudaError_t launch_ws_config(const Problem& prob, const AttnProblem& pr, cudaStr
   params.order = {int(num_m_blocks), int(pr.heads_q), int(pr.batch), false};
   if constexpr (Cfg::kCausalMask) {
     params.order.snake = heuristics::causal_snake_order(pr.seqlen_q);
-    params.order.fold = Cfg::kPersistent && (Cfg::kFp8 ? heuristics::fp8_causal_fold_order(Cfg::kBlockM, Cfg::kVarlen)
-                                                      : heuristics::causal_fold_order(Cfg::kBlockM));
+    params.order.fold = Cfg::kPersistent && heuristics::causal_fold_order(Cfg::kBlockM);
   }
   if constexpr (Cfg::kVarlen) {  // VarlenTileScheduler counts the real tiles from cu_seqlens_q
     params.order.cu_q = pr.cu_seqlens_q;
