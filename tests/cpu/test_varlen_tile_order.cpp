@@ -72,6 +72,39 @@ TEST(VarlenTileOrder, WorkIndicesIncreasePerCta) {
     }
 }
 
+// The helpers the fixed-length TileOrder and StaticTileScheduler share: a folded (batch, head)'s
+// units cover its query blocks once (an odd count leaves one empty half), and the round-robin gives
+// every index one owner, with or without snake rounds, causal or not.
+TEST(VarlenTileOrder, SharedFoldAndRoundRobin) {
+  for (int nb : {1, 2, 5, 11, 43}) {
+    std::vector<int> seen(static_cast<size_t>(nb), 0);
+    int empty = 0;
+    for (int u = 0; u < (nb + 1) / 2; ++u)
+      for (int half : {0, 1}) {
+        const int m = folded_m_block(u, half, nb);
+        if (m < 0) ++empty;
+        else ++seen[static_cast<size_t>(m)];
+      }
+    for (int x : seen) EXPECT_EQ(x, 1) << "nb " << nb;
+    EXPECT_EQ(empty, nb % 2) << "nb " << nb;
+  }
+  for (bool snake : {false, true}) {
+    std::vector<int> owners(35, 0);
+    for (int b = 0; b < 7; ++b) {
+      int prev = -1;
+      for (int r = 0; r < 5; ++r) {
+        const int idx = round_robin_index<false>(r, 7, b, false, snake);
+        EXPECT_GT(idx, prev);
+        prev = idx;
+        ++owners[static_cast<size_t>(idx)];
+      }
+    }
+    for (int x : owners) EXPECT_EQ(x, 1) << "snake " << snake;
+  }
+  // Non-causal ignores `fold` (only causal orders fold).
+  EXPECT_EQ(round_robin_index<false>(3, 7, 2, true, false), 23);
+}
+
 // The busiest CTA's causal key blocks over the mean, for square sequences `lens` with 192-row query
 // tiles and 128-key blocks, 16 heads, on 132 CTAs: VarlenTileScheduler's dealing, modelled.
 double max_over_mean(const std::vector<int>& lens, bool balanced) {

@@ -17,6 +17,7 @@
 #include "sm90/ws/mask.cuh"
 #include "sm90/ws/named_barriers.hpp"
 #include "sm90/ws/softmax.cuh"
+#include "sm90/ws/warp_uniform.cuh"
 
 namespace hopattn::sm90::ws {
 
@@ -243,16 +244,16 @@ struct FwdMainloop {
     }
     // Clamped to the tensors' rows: wrong index values (unchecked on the GPU unless the caller
     // asks) give wrong rows, never an access outside q/k/v/out.
-    const int oq = min(max(__ldg(p.cu_q + b), 0), p.rows_q);
-    const int ok = min(max(__ldg(p.cu_k + b), 0), p.rows_k);
-    const int lq = min(max(__ldg(p.cu_q + b + 1) - oq, 0), p.rows_q - oq);
-    int lk = min(max(__ldg(p.cu_k + b + 1) - ok, 0), p.rows_k - ok);
+    const int oq = warp_uniform(min(max(__ldg(p.cu_q + b), 0), p.rows_q));
+    const int ok = warp_uniform(min(max(__ldg(p.cu_k + b), 0), p.rows_k));
+    const int lq = warp_uniform(min(max(__ldg(p.cu_q + b + 1) - oq, 0), p.rows_q - oq));
+    int lk = warp_uniform(min(max(__ldg(p.cu_k + b + 1) - ok, 0), p.rows_k - ok));
     // FP8: the pre-passes quantise (and lay out in V^T) at most max_seqlen_k keys per sequence, and
     // k descales exist for those key blocks only; a longer sequence (an unchecked wrong index) must
     // not read past them.
     if constexpr (kFp8) lk = min(lk, p.seqlen_k);
-    const int uq = p.used_q == nullptr ? lq : min(max(__ldg(p.used_q + b), 0), lq);
-    const int uk = p.used_k == nullptr ? lk : min(max(__ldg(p.used_k + b), 0), lk);
+    const int uq = p.used_q == nullptr ? lq : warp_uniform(min(max(__ldg(p.used_q + b), 0), lq));
+    const int uk = p.used_k == nullptr ? lk : warp_uniform(min(max(__ldg(p.used_k + b), 0), lk));
     const int ov = kFp8 ? int(fp8::vt_varlen_start(ok, b)) : ok;
     SeqInfo si{oq, ok, lq, uq, uk, 0, ov};
     set_tail(p, si);

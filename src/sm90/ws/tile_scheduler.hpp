@@ -10,6 +10,7 @@
 #include <cute/config.hpp>
 
 #include "sm90/ws/varlen_tile_order.hpp"
+#include "sm90/ws/warp_uniform.cuh"
 
 namespace hopattn::sm90::ws {
 
@@ -54,14 +55,11 @@ struct TileOrder {
     WorkTile t;
     if constexpr (kCausal) {
       if (fold) {
-        const int half = idx & 1, upb = units_per_head();
-        int unit = idx >> 1;
-        const int u = unit % upb;
-        unit /= upb;
-        t.head = unit % heads;
-        t.batch = unit / heads;
-        const int m_long = num_m_blocks - 1 - u;
-        t.m_block = half == 0 ? m_long : (u == m_long ? -1 : u);
+        const int unit = idx >> 1, upb = units_per_head();
+        const int pair = unit / upb;  // (batch, head), head fastest
+        t.head = pair % heads;
+        t.batch = pair / heads;
+        t.m_block = folded_m_block(unit % upb, idx & 1, num_m_blocks);
         return t;
       }
       t.head = idx % heads;
@@ -103,11 +101,8 @@ struct StaticTileScheduler {
   // Round r's indices are all >= r * G: once one is past the end, every later one is too.
   __device__ int index_of(int r) const {
     if constexpr (!kPersistent) return r == 0 ? static_cast<int>(blockIdx.x) : order.num_tiles();
-    const int g = static_cast<int>(gridDim.x), b = static_cast<int>(blockIdx.x);
-    if constexpr (kCausal) {
-      if (order.fold) return 2 * ((r >> 1) * g + b) + (r & 1);  // < 2 * (num_units + g) <= INT_MAX
-    }
-    return r * g + ((kSnake && order.snake && (r & 1)) ? g - 1 - b : b);  // < num_tiles + 2g <= INT_MAX
+    return round_robin_index<kCausal>(r, static_cast<int>(gridDim.x), static_cast<int>(blockIdx.x), order.fold,
+                                      kSnake && order.snake);
   }
 };
 
@@ -139,28 +134,33 @@ struct VarlenTileScheduler {
   // Locates work index idx (>= the previous lookup's): false once it is past the last tile.
   __device__ bool valid(int idx) {
     const int lane = static_cast<int>(threadIdx.x % 32);
-    for (; seq < order.batch; seq += 32) {
+    // Skip whole windows of 32 sequences that end at or before idx. The loop only searches (no
+    // tile work inside it), so its reconvergence point is right after it rather than after the
+    // tile body, and every warp-wide quantity is a redux.sync (uniform register).
+    int count, nb_lane, total;
+    for (;;) {
       const int b = seq + lane;
-      const int count = b < order.batch ? indices_of(query_blocks(b)) : 0;
-      int incl = count;  // inclusive prefix sum over the warp's 32 sequences
-      CUTE_UNROLL
-      for (int s = 1; s < 32; s <<= 1) {
-        const int up = __shfl_up_sync(0xffffffffu, incl, s);
-        if (lane >= s) incl += up;
-      }
-      const int total = __shfl_sync(0xffffffffu, incl, 31);
-      if (idx < seq_base + total) {
-        const int hit = __ffs(__ballot_sync(0xffffffffu, seq_base + incl > idx)) - 1;
-        const int nb = __shfl_sync(0xffffffffu, query_blocks(b), hit);  // recomputed, not kept live
-        seq_base += __shfl_sync(0xffffffffu, incl - count, hit);
-        seq += hit;
-        cur = tile_in(idx - seq_base, nb);
-        cur.batch = seq;
-        return true;
-      }
+      nb_lane = query_blocks(b);
+      count = b < order.batch ? indices_of(nb_lane) : 0;
+      total = warp_sum(count);
+      if (seq >= order.batch || idx < seq_base + total) break;
       seq_base += total;
+      seq += 32;
     }
-    return false;
+    if (seq >= order.batch) return false;
+    int incl = count;  // inclusive prefix sum over the window's 32 sequences
+    CUTE_UNROLL
+    for (int s = 1; s < 32; s <<= 1) {
+      const int up = __shfl_up_sync(0xffffffffu, incl, s);
+      if (lane >= s) incl += up;
+    }
+    const int hit = warp_sum(seq_base + incl <= idx ? 1 : 0);  // lanes before the hit
+    const int nb = warp_sum(lane == hit ? nb_lane : 0);
+    seq_base += warp_sum(lane < hit ? count : 0);
+    seq += hit;
+    cur = tile_in(idx - seq_base, nb);
+    cur.batch = seq;
+    return true;
   }
 
  private:

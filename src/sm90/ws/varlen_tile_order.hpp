@@ -1,6 +1,7 @@
 // The order in which VarlenTileScheduler (tile_scheduler.hpp) deals a packed batch's tiles: the
 // tiles of one sequence by local index i (varlen_tile_in), and the k-th item of CTA b among G
-// (varlen_work_index). Host and device, so that the CPU tests can check that the order is a
+// (varlen_work_index); with the folded unit and the round-robin that the fixed-length TileOrder and
+// StaticTileScheduler share. Host and device, so that the CPU tests can check that the order is a
 // permutation and model how evenly a round-robin over 132 CTAs spreads the causal work.
 #pragma once
 
@@ -11,6 +12,24 @@ namespace hopattn::sm90::ws {
 struct VarlenTileIndex {
   int m_block, head;  // m_block -1: the empty second half of an odd nb's middle unit (folded)
 };
+
+// The folded causal order's unit u (of a (batch, head) with nb query blocks): its first half is
+// query block nb-1-u, its second u, so every unit costs nb+1 key blocks; an odd nb's middle unit has
+// one tile, and its second half is m_block -1 (empty, skipped by every role).
+HOPATTN_HOST_DEVICE inline int folded_m_block(int u, int half, int nb) {
+  const int m_long = nb - 1 - u;
+  return half == 0 ? m_long : (u == m_long ? -1 : u);
+}
+
+// The work index of item r of CTA b in a round-robin over g CTAs: r * g + b; with `snake`, odd
+// rounds dealt from the last CTA down; folded (causal), both halves of unit r/2 * g + b back to
+// back. Strictly increasing in r for every b, as VarlenTileScheduler::valid requires; below
+// 2 * (units + g) or items + 2g, so within int for any grid TileOrder accepts.
+template <bool kCausal>
+HOPATTN_HOST_DEVICE inline int round_robin_index(int r, int g, int b, bool fold, bool snake) {
+  if (kCausal && fold) return 2 * ((r >> 1) * g + b) + (r & 1);
+  return r * g + ((snake && (r & 1)) ? g - 1 - b : b);
+}
 
 // Tile i of a sequence with nb query blocks and `heads` query heads.
 // - Non-causal: every tile of the sequence costs the same; m_block runs fastest (a head's tiles,
@@ -27,12 +46,9 @@ template <bool kCausal>
 HOPATTN_HOST_DEVICE inline VarlenTileIndex varlen_tile_in(int i, int nb, int heads, bool fold, bool balanced) {
   VarlenTileIndex t{0, 0};
   if (kCausal && fold) {
-    const int half = i & 1, upb = (nb + 1) / 2;
-    const int unit = i >> 1;
-    const int u = unit % upb;
+    const int unit = i >> 1, upb = (nb + 1) / 2;
     t.head = unit / upb;
-    const int m_long = nb - 1 - u;
-    t.m_block = half == 0 ? m_long : (u == m_long ? -1 : u);
+    t.m_block = folded_m_block(unit % upb, i & 1, nb);
   } else if (kCausal && balanced) {
     t.head = i % heads;
     t.m_block = nb - 1 - i / heads;
@@ -49,9 +65,7 @@ HOPATTN_HOST_DEVICE inline VarlenTileIndex varlen_tile_in(int i, int nb, int hea
 // Strictly increasing in r for every b, as VarlenTileScheduler::valid requires.
 template <bool kCausal>
 HOPATTN_HOST_DEVICE inline int varlen_work_index(int r, int g, int b, bool fold, bool balanced) {
-  if (kCausal && fold) return 2 * ((r >> 1) * g + b) + (r & 1);
-  if (kCausal && balanced && (r & 1)) return r * g + g - 1 - b;
-  return r * g + b;
+  return round_robin_index<kCausal>(r, g, b, fold, kCausal && balanced);
 }
 
 }  // namespace hopattn::sm90::ws
