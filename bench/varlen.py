@@ -52,6 +52,9 @@ def main(argv=None):
     p.add_argument("--heads-kv", type=int, default=None, help="default: --heads (no GQA)")
     p.add_argument("--dtype", choices=["bf16", "fp16"], default="bf16")
     p.add_argument("--fp8", action="store_true", help="time the FP8 calls (attention_fp8_varlen, forward_fp8_varlen)")
+    p.add_argument("--gpu-time", action="store_true",
+                   help="CUDA events around a sleep-padded call (GPU time) instead of do_bench: the fixed-length "
+                        "side's short calls (128..1k tokens) are otherwise timed at host pace, 2-3x their GPU time")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     if args.fp8:
@@ -60,9 +63,7 @@ def main(argv=None):
     import torch
 
     import hopattn
-    from compare import make_timer
-
-    timer, timer_name = make_timer(torch)
+    timer, timer_name = pick_timer(torch, args)
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
     h, hk, d = args.heads, args.heads_kv or args.heads, args.hdim
     mixes = {"powers of two, 128..8k": POWERS_MIX, "uniform 128..8k (seed 0)": random_mix(0)}
@@ -130,15 +131,22 @@ def main(argv=None):
                                                "rows": rows}, indent=1))
 
 
+def pick_timer(torch, args):
+    from compare import make_events_timer, make_timer
+
+    if args.gpu_time:
+        timer, _ = make_events_timer(torch, reps=30, warmup=5, sleep_cycles=200_000)
+        return timer, "CUDA events, sleep-padded (GPU time) median"
+    return make_timer(torch)
+
+
 def main_fp8(args):
     """FP8 varlen against FP8 fixed-length batches of the same sequences, end to end from bf16 and
     the attention kernel alone (e4m3 inputs, unit descales)."""
     import torch
 
     import hopattn
-    from compare import make_timer
-
-    timer, timer_name = make_timer(torch)
+    timer, timer_name = pick_timer(torch, args)
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
     e4m3 = torch.float8_e4m3fn
     h, hk, d = args.heads, args.heads_kv or args.heads, args.hdim

@@ -237,6 +237,12 @@ def test_varlen_same_work_parses_without_torch(capsys):
     _check_parses_without_torch("varlen_same_work.py", "--seqlen", ["--batch", "many"], capsys)
 
 
+def test_varlen_parses_without_torch(capsys):
+    # --gpu-time is how the mixed-length bar is timed (docs/BENCHMARKS.md 2026-12-03); torch is
+    # imported only after parsing.
+    _check_parses_without_torch("varlen.py", "--gpu-time", ["--dtype", "fp64"], capsys)
+
+
 def test_protocol_union_of_kernel_intervals():
     import protocol
 
