@@ -17,6 +17,7 @@
 #include "sm90/ws/mainloop.cuh"
 #include "sm90/ws/named_barriers.hpp"
 #include "sm90/ws/tile_scheduler.hpp"
+#include "sm90/ws/warp_uniform.cuh"
 
 namespace hopattn::sm90::ws {
 
@@ -94,11 +95,17 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
     bool pending = false;
     int k = 0;
     for (int idx = sched.first(); sched.valid(idx); idx = sched.next(k), ++k) {
-      const WorkTile t = sched.tile(idx);
+      // Varlen: the tile and its key-block range are warp-uniform but computed from per-lane
+      // loads, so the compiler keeps them, the key loop's counter and its stage in vector
+      // registers, with one more divergence region per key block. redux.sync moves them to
+      // uniform registers (FP8 d64 packed/fixed 1.06-1.11 -> 1.05-1.08, docs/perf-notes.md).
+      WorkTile t = sched.tile(idx);
+      if constexpr (Cfg::kVarlen) t = WorkTile{warp_uniform(t.m_block), warp_uniform(t.head), warp_uniform(t.batch)};
       if (t.m_block < 0) continue;  // the empty half of a folded unit (tile_scheduler.hpp)
       const typename Mainloop::SeqInfo si = Mainloop::seq_info(mp, t.batch);
       const typename Mainloop::Mask mask = Mainloop::make_mask(mp, si);
-      const typename Mainloop::KeyBlocks kb = Mainloop::keyed_blocks(mask, si, t.m_block);
+      typename Mainloop::KeyBlocks kb = Mainloop::keyed_blocks(mask, si, t.m_block);
+      if constexpr (Cfg::kVarlen) kb = {warp_uniform(kb.begin), warp_uniform(kb.end)};
       const int n_end = kb.end, n_begin = kb.begin;
       const typename Mainloop::Loader loader{mp, ss, t.head, si};
       if (n_end > n_begin) {
@@ -154,12 +161,14 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
     }
     int k = 0;
     for (int idx = sched.first(); sched.valid(idx); idx = sched.next(k), ++k) {
-      const WorkTile t = sched.tile(idx);
+      WorkTile t = sched.tile(idx);
+      if constexpr (Cfg::kVarlen) t = WorkTile{warp_uniform(t.m_block), warp_uniform(t.head), warp_uniform(t.batch)};
       if (t.m_block < 0) continue;  // the empty half of a folded unit (tile_scheduler.hpp)
       const typename Mainloop::SeqInfo si = Mainloop::seq_info(mp, t.batch);
       if (Cfg::kVarlen && t.m_block * Cfg::kBlockM >= si.rows_q) continue;  // no rows: see keyed_blocks
       const typename Mainloop::Mask mask = Mainloop::make_mask(mp, si);
-      const typename Mainloop::KeyBlocks kb = Mainloop::keyed_blocks(mask, si, t.m_block);
+      typename Mainloop::KeyBlocks kb = Mainloop::keyed_blocks(mask, si, t.m_block);
+      if constexpr (Cfg::kVarlen) kb = {warp_uniform(kb.begin), warp_uniform(kb.end)};
       if (kb.end <= kb.begin) {
         // No visible key: O = 0 and lse = -inf, written without shared memory (see the producer).
         K::Epilogue::store_empty(params.epilogue, thread_idx, t.m_block, t.head, si);
