@@ -15,6 +15,7 @@
 #include "reference/reference.hpp"
 #include "sm90/fp8/layout.hpp"
 #include "sm90/fp8/quantize.hpp"
+#include "sm90/fp8/tile_counter.hpp"
 
 namespace hopattn {
 namespace {
@@ -38,6 +39,17 @@ std::size_t vt_bytes(const AttnProblem& p) {
   return std::size_t(entries * p.heads_kv * p.head_dim * vt_columns(p));
 }
 
+// Packed batches: the kernel's tile counter (sm90/fp8/tile_counter.hpp), one aligned slot right
+// after V^T, zeroed on the stream by the V^T pass (or a memset when there is no key to lay out).
+std::size_t counter_bytes(const AttnProblem& p) { return p.varlen() ? sm90::fp8::kTileCounterAlign : 0; }
+int* tile_counter(const AttnProblem& p, const void* vt) {
+  return p.varlen() ? sm90::fp8::varlen_tile_counter(vt, p.heads_kv, p.head_dim, p.total_k, p.batch) : nullptr;
+}
+// forward_fp8 / forward_fp8_varlen: V^T, then (packed) the counter.
+std::size_t forward_workspace_bytes(const AttnProblem& p) {
+  return p.varlen() ? sm90::fp8::tile_counter_offset(vt_bytes(p)) + counter_bytes(p) : vt_bytes(p);
+}
+
 // Whether a validated problem runs the kernel at all (else only zeros / -inf are written, or, for
 // packed batches without query rows, nothing).
 bool runs_kernel(const AttnProblem& p) {
@@ -58,7 +70,7 @@ QuantOptions quant_options(const Args& a) {
 // The one-call path's workspace: e4m3 q, k (contiguous), V^T, the three descale arrays, and with a
 // rotated V its e4m3 copy in the ordinary layout (rotate + quantise, then re-laid out).
 struct AttentionFp8Workspace {
-  std::size_t q8 = 0, k8 = 0, vt = 0, q_descale = 0, k_descale = 0, v_descale = 0, v8 = 0, total = 0;
+  std::size_t q8 = 0, k8 = 0, vt = 0, q_descale = 0, k_descale = 0, v_descale = 0, v8 = 0, counter = 0, total = 0;
   int64_t nq = 1, nk = 1;  // descale blocks per (batch entry or sequence, head)
 };
 
@@ -76,6 +88,7 @@ AttentionFp8Workspace plan_workspace(const AttnProblem& p, const QuantOptions& o
   w.q8 = take(std::size_t(q_rows(p) * p.heads_q * p.head_dim));
   w.k8 = take(std::size_t(k_rows(p) * p.heads_kv * p.head_dim));
   w.vt = take(vt_bytes(p));
+  w.counter = take(counter_bytes(p));  // where tile_counter(p, vt) finds it
   w.q_descale = take(sizeof(float) * std::size_t(p.batch * p.heads_q * w.nq));
   w.k_descale = take(sizeof(float) * std::size_t(p.batch * p.heads_kv * w.nk));
   w.v_descale = take(sizeof(float) * std::size_t(p.batch * p.heads_kv));
@@ -104,6 +117,11 @@ Result fill_no_keys(const AttnProblem& p, cudaStream_t stream) {
 }
 
 Result launch_attention(const Fp8AttnProblem& prob, cudaStream_t stream) {
+  // No pass ran that would have zeroed the counter (a packed batch without a key row).
+  if (prob.base.varlen() && k_rows(prob.base) == 0) {
+    if (cudaError_t e = cudaMemsetAsync(tile_counter(prob.base, prob.vt), 0, sizeof(int), stream); e != cudaSuccess)
+      return cuda_error("FP8 tile counter", e);
+  }
   const Fp8KernelEntry* kernel = find_fp8_kernel(prob.base.dtype, static_cast<int>(prob.base.head_dim));
   const cudaError_t e = kernel->launch(prob, stream);
   return e == cudaSuccess ? Result{} : cuda_error("sm90 FP8 forward launch", e);
@@ -127,6 +145,7 @@ sm90::fp8::VtProblem vt_problem(const AttnProblem& p, void* vt) {
   v.head_dim = p.head_dim;
   v.cu_seqlens = p.cu_seqlens_k;
   v.total_rows = p.total_k;
+  v.zero_word = tile_counter(p, vt);
   return v;
 }
 
@@ -135,7 +154,8 @@ Result run_forward_fp8(Fp8AttnProblem p, const void* v, const int64_t (&v_stride
                        std::size_t workspace_bytes, const char* size_fn, cudaStream_t stream) {
   if (Result r = check_hopper_device(); !r.ok()) return r;
   if (!runs_kernel(p.base)) return p.base.varlen() || p.base.empty() ? Result{} : fill_no_keys(p.base, stream);
-  if (Result r = check_workspace(workspace, workspace_bytes, vt_bytes(p.base), size_fn); !r.ok()) return r;
+  if (Result r = check_workspace(workspace, workspace_bytes, forward_workspace_bytes(p.base), size_fn); !r.ok())
+    return r;
   p.vt = workspace;
   if (k_rows(p.base) == 0) return launch_attention(p, stream);  // packed, no key row: nothing to lay out
   sm90::fp8::VtProblem vt = vt_problem(p.base, workspace);
@@ -279,7 +299,7 @@ std::size_t forward_fp8_varlen_workspace_size(const Fp8VarlenForwardArgs& args) 
   VarlenProblem vp;
   Fp8AttnProblem p;
   if (!validate_forward_fp8_varlen(args, &vp, &p).ok() || !runs_kernel(p.base)) return 0;
-  return vt_bytes(p.base);
+  return forward_workspace_bytes(p.base);
 }
 
 Result forward_fp8_varlen(const Fp8VarlenForwardArgs& args, void* workspace, std::size_t workspace_bytes,

@@ -1,6 +1,7 @@
 #include "api/heuristics.hpp"
 
 #include "api/tuning_override.hpp"
+#include "api/varlen_heuristics.hpp"
 
 namespace hopattn::heuristics {
 
@@ -35,6 +36,14 @@ bool causal_fold_order(int block_m) {
 // 16 x 2k causal 1.65x -> 1.05-1.06x the fixed-length call, 4 x 8k 1.20x -> 1.00-1.04x; FP8 d64
 // 16 x 2k 1.19x (folded) -> 1.07-1.09x, 4 x 8k 1.12x -> 1.09-1.10x.
 bool varlen_balanced_order() { return forced_or(fwd_tuning().varlen_balance, true); }
+
+// A load model of bench/varlen.py's powers-of-two causal mix (perf-notes, "a load model"): the
+// static order leaves the busiest CTA at 1.050 of the mean, greedy dealing of the same list at 1.002.
+int& varlen_dynamic_override() {
+  static int forced = env_override("HOPATTN_WS_VARLEN_DYNAMIC");
+  return forced;
+}
+bool varlen_dynamic_order() { return forced_or(varlen_dynamic_override(), true); }
 
 // Up to 1k keys, N = 128 pads nothing at the grid's powers of two and leaves shared memory for the
 // separate O buffer (+18% at 512); up to 4k, N = 160 keeps the separate O buffer (+4% at 2k);

@@ -6,6 +6,7 @@
 
 #include "api/bwd_heuristics.hpp"
 #include "api/heuristics.hpp"
+#include "api/varlen_heuristics.hpp"
 
 namespace hopattn::heuristics {
 namespace {
@@ -59,6 +60,19 @@ TEST(Heuristics, VarlenBalancedOrderOnByDefaultAndOverride) {
   t.varlen_balance = 1;
   EXPECT_TRUE(varlen_balanced_order());
   t = saved;
+}
+
+// The dynamic order for packed FP8 batches is on by default; the override wins.
+TEST(Heuristics, VarlenDynamicOrderOnByDefaultAndOverride) {
+  int& forced = varlen_dynamic_override();
+  const int saved = forced;
+  forced = -1;
+  EXPECT_TRUE(varlen_dynamic_order());
+  forced = 0;
+  EXPECT_FALSE(varlen_dynamic_order());
+  forced = 1;
+  EXPECT_TRUE(varlen_dynamic_order());
+  forced = saved;
 }
 
 // Backward switches: the causal key blocks of one head side by side (+33% at d128 causal 2k against

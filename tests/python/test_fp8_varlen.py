@@ -333,7 +333,8 @@ def test_attention_fp8_varlen_struct_as_the_library_reads_it(lib):
     # Packed e4m3 Q and K, V^T (whole 128-key tiles per sequence), descales per (sequence, head,
     # block of max_seqlen) (block_quant) or per (sequence, head), V's per (sequence, kv head).
     vt = _up(HKV * d * (-(-TK // 128) * 128 + 128 * B))
-    common = _up(TQ * HQ * d) + _up(TK * HKV * d) + vt + _up(4 * B * HKV)
+    counter = 256  # the dynamic tile order's counter, the aligned int after V^T
+    common = _up(TQ * HQ * d) + _up(TK * HKV * d) + vt + counter + _up(4 * B * HKV)
     per_block = common + _up(4 * B * HQ * 3) + _up(4 * B * HKV * 3)
     per_head = common + _up(4 * B * HQ) + _up(4 * B * HKV)
     assert per_block != per_head
@@ -380,7 +381,7 @@ def test_forward_fp8_varlen_struct_as_the_library_reads_it(lib):
     def size(a):
         return lib.hopattn_forward_fp8_varlen_workspace_size(ctypes.byref(a))
 
-    vt = _up(HKV * d * (-(-TK // 128) * 128 + 128 * B))  # V^T alone
+    vt = _up(HKV * d * (-(-TK // 128) * 128 + 128 * B)) + 256  # V^T, then the tile counter
     assert size(args()) == vt
     per_head = dict(q_descale=t(F32, (B, HQ, 1)), k_descale=t(F32, (B, HKV, 1)))
     absent = dict(q_descale=None, k_descale=None, v_descale=None, lse=None, seqused_k=None)

@@ -347,6 +347,7 @@ struct VtParams {
   int head_dim = 0;
   int swizzle_mul = 1;  // 32 / (head_dim / 8 rounded up to a power of two): conflict-free smem stores
   bool vec_in = false, vec_out = false;
+  int* zero_word = nullptr;  // VtProblem::zero_word
 };
 
 constexpr int kVtThreads = 256;
@@ -389,6 +390,7 @@ __global__ void __launch_bounds__(kVtThreads) make_vt_kernel(const VtParams p) {
   constexpr int64_t kInBytes = kT == DType::kE4M3 ? 1 : 2;
   const int chunks = p.head_dim / 8;
   const auto swizzle = [&](int row) { return ((row >> 3) * p.swizzle_mul) & 31; };
+  if (p.zero_word != nullptr && blockIdx.x == 0 && threadIdx.x == 0) *p.zero_word = 0;
 
   for (int64_t tile = blockIdx.x; tile < p.ntiles; tile += gridDim.x) {
     const TileCoord tc = tile_coord(tile, p.key_tiles, p.ntiles / p.key_tiles, p.cu != nullptr);
@@ -497,7 +499,8 @@ cudaError_t make_vt(const VtProblem& p, cudaStream_t stream) {
   if (p.batch < 0 || p.seqlen < 0 || p.heads < 0 || !valid_head_dim(p.head_dim) ||
       !(is_16bit(p.in_dtype) || p.in_dtype == DType::kE4M3))
     return cudaErrorInvalidValue;
-  if (p.batch == 0 || p.seqlen == 0 || p.heads == 0) return cudaSuccess;
+  if (p.batch == 0 || p.seqlen == 0 || p.heads == 0)
+    return p.zero_word != nullptr ? cudaMemsetAsync(p.zero_word, 0, sizeof(int), stream) : cudaSuccess;
   const bool e4m3 = p.in_dtype == DType::kE4M3;
   if (p.in == nullptr || p.vt == nullptr || (!e4m3 && p.descale == nullptr)) return cudaErrorInvalidValue;
 
@@ -519,6 +522,7 @@ cudaError_t make_vt(const VtProblem& p, cudaStream_t stream) {
   v.swizzle_mul = 32 / lanes;
   v.vec_in = e4m3 ? aligned(p.in, p.in_stride, 1, 8) : aligned(p.in, p.in_stride, 2, 16);
   v.vec_out = reinterpret_cast<uintptr_t>(p.vt) % 4 == 0;
+  v.zero_word = p.zero_word;
   if (e4m3) return launch_vt<DType::kE4M3>(v, stream);
 
   // 16-bit: amax per (batch, head) over all keys (the rows kernel, no rotation), then V^T, then the

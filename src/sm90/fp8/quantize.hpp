@@ -56,6 +56,9 @@ struct VtProblem {
   // its keys up to its length rounded to 128 written (zeros past its last key), the rest untouched.
   const int32_t* cu_seqlens = nullptr;
   int64_t total_rows = 0;
+  // Optional: an int that make_vt sets to 0 on the stream (the attention kernel's tile counter),
+  // written by its kernel's first thread rather than by a memset of its own.
+  int* zero_word = nullptr;
 };
 cudaError_t make_vt(const VtProblem& p, cudaStream_t stream);
 

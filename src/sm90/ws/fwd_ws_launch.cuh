@@ -12,7 +12,9 @@
 #include <cstdint>
 
 #include "api/heuristics.hpp"
+#include "api/varlen_heuristics.hpp"
 #include "api/problem.hpp"
+#include "sm90/fp8/tile_counter.hpp"
 #include "sm90/launch_util.hpp"
 #include "sm90/ws/kernel.cuh"
 
@@ -50,6 +52,12 @@ cudaError_t launch_ws_config(const Problem& prob, const AttnProblem& pr, cudaStr
     params.order.cu_q = pr.cu_seqlens_q;
     params.order.rows_q = int(pr.varlen() ? pr.total_q : pr.seqlen_q);
     params.order.balanced = heuristics::varlen_balanced_order();
+    // The FP8 packed calls carry a zeroed tile counter in their workspace: the dynamic order for the
+    // kernels that have it, unless folded (two tiles per draw; the static fold balances those).
+    if constexpr (K::kDynamicOrder) {
+      if (pr.varlen() && !params.order.fold && heuristics::varlen_dynamic_order())
+        params.order.counter = fp8::varlen_tile_counter(prob.vt, pr.heads_kv, pr.head_dim, pr.total_k, pr.batch);
+    }
   }
 
   int grid = params.order.num_tiles();

@@ -1,6 +1,7 @@
 // The warp-specialised forward kernel: warpgroup 0 is the producer (one warp issues every TMA load,
 // registers given away with setmaxnreg), warpgroups 1.. are consumers that each own 64 query rows
-// of the tile. Both sides walk the same static tile sequence, one tile (flattened grid) or many.
+// of the tile. Both sides walk the same tile sequence: static, one tile (flattened grid) or many, or
+// for packed batches drawn by the producer and handed to the consumers (VarlenTileScheduler).
 #pragma once
 
 // First: it enables CuTe's extended WGMMA N shapes, which must precede any CuTe include.
@@ -26,8 +27,13 @@ struct FwdWsKernel {
   using Mainloop = FwdMainloop<Cfg>;
   using Epilogue = FwdEpilogue<Cfg, Mainloop>;
   static_assert(!Cfg::kVarlen || Cfg::kPersistent, "varlen tiles are found by the persistent CTAs themselves");
-  using Scheduler = std::conditional_t<Cfg::kVarlen, VarlenTileScheduler<Cfg::kCausalMask, Cfg::kBlockM>,
-                                       StaticTileScheduler<Cfg::kCausalMask, Cfg::kPersistent, Cfg::kSnake>>;
+  // The packed FP8 kernels whose tiles are not folded by default (heuristics::causal_fold_order
+  // folds 128-row tiles): the only ones that may draw tiles from a counter. The others carry none
+  // of that code, which cost the d128/d256 FP8 varlen kernels 20-80 more bytes of spills.
+  static constexpr bool kDynamicOrder = Cfg::kVarlen && Cfg::kFp8 && Cfg::kBlockM != 128;
+  using Scheduler =
+      std::conditional_t<Cfg::kVarlen, VarlenTileScheduler<Cfg::kCausalMask, Cfg::kBlockM, kDynamicOrder>,
+                         StaticTileScheduler<Cfg::kCausalMask, Cfg::kPersistent, Cfg::kSnake>>;
   using SharedStorage = typename Mainloop::SharedStorage;
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
   static_assert(kSmemBytes <= 227 * 1024, "tile does not fit in shared memory");
@@ -61,6 +67,7 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
     cute::prefetch_tma_descriptor(mp.tma_v.get_tma_descriptor());
     cute::prefetch_tma_descriptor(params.epilogue.tma_o.get_tma_descriptor());
     cutlass::arch::ClusterTransactionBarrier::init(&ss.barrier_q, 1);
+    if constexpr (K::kDynamicOrder) K::Scheduler::init_slot(&ss.tile_slot, Cfg::kNumMmaThreads / 32);
   }
   typename Pipeline::Params pipe_params;
   pipe_params.transaction_bytes = Mainloop::kKVBytes;
@@ -78,6 +85,7 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
     cutlass::arch::warpgroup_reg_dealloc<Cfg::kProducerRegs>();
     if (cutlass::canonical_warp_idx_sync() % 4 != 0) return;
     typename K::Scheduler sched{params.order};
+    if constexpr (K::kDynamicOrder) sched.attach(&ss.tile_slot, true);
     // elect.sync picks lane 0 (the warp is converged at every call), the thread named is_leader
     // above; electing rather than testing the lane id keeps TMA operands in uniform registers,
     // and re-electing at each use keeps the predicate out of the 24-register producer budget.
@@ -144,12 +152,14 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
     }
     // Take the consumers' release of the last Q, so no arrival is left pending at exit.
     if (pending) cutlass::arch::NamedBarrier::sync(Cfg::kNumMmaThreads + 32, barrier_id(FwdBarrier::kQueryEmpty));
+    if constexpr (K::kDynamicOrder) sched.drain();
     // Keep the producer alive until the consumers have released every stage it filled.
     if (cute::elect_one_sync()) pipe_k.producer_tail(st_k);
     __syncwarp();
   } else {
     cutlass::arch::warpgroup_reg_alloc<Cfg::kConsumerRegs>();
     typename K::Scheduler sched{params.order};
+    if constexpr (K::kDynamicOrder) sched.attach(&ss.tile_slot, false);
     const int thread_idx = threadIdx.x - 128;
     const int wg = thread_idx / 128;
     typename Mainloop::TiledMmaPV mma_pv;

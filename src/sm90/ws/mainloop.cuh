@@ -17,6 +17,7 @@
 #include "sm90/ws/mask.cuh"
 #include "sm90/ws/named_barriers.hpp"
 #include "sm90/ws/softmax.cuh"
+#include "sm90/ws/tile_scheduler.hpp"
 #include "sm90/ws/warp_uniform.cuh"
 
 namespace hopattn::sm90::ws {
@@ -163,6 +164,7 @@ struct FwdMainloop {
     typename Pipeline::SharedStorage pipe_k;
     typename Pipeline::SharedStorage pipe_v;
     uint64_t barrier_q;  // ClusterTransactionBarrier storage: Q arrived
+    TileSlot tile_slot;  // varlen, dynamic order: the producer hands each work index over here
     // FP8 with a rotated V: the rotation's sign bits, bit c of word c / 32 for column c (written
     // once per CTA before the role split, read by every epilogue; nothing held in registers).
     uint32_t o_signs[kFp8 ? kHeadDim / 32 : 1];

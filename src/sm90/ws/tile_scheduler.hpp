@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include <cute/config.hpp>
+#include <cutlass/arch/barrier.h>
 
 #include "sm90/ws/varlen_tile_order.hpp"
 #include "sm90/ws/warp_uniform.cuh"
@@ -44,6 +45,9 @@ struct TileOrder {
   const int32_t* cu_q = nullptr;
   int rows_q = 0;
   bool balanced = false;  // varlen, causal, not folded: varlen_tile_order.hpp's balanced order
+  // Varlen, not folded: a zeroed int in global memory (the call's workspace) from which CTAs draw
+  // their next work index (dynamic order, VarlenTileScheduler); null: the static round-robin.
+  int* counter = nullptr;
 
   __host__ __device__ int num_tiles() const { return num_m_blocks * heads * batch; }
   __host__ __device__ int units_per_head() const { return (num_m_blocks + 1) / 2; }
@@ -106,6 +110,16 @@ struct StaticTileScheduler {
   }
 };
 
+// The shared-memory handoff of a dynamically drawn work index from the producer warp, which draws
+// it, to the consumer warps: one slot, `full` (1 arrival: the producer wrote it) and `empty` (one
+// arrival per consumer warp: they have read it). One slot suffices: the producer cannot publish
+// index w + 1 before the consumers have read index w, and it publishes w + 1 only after issuing
+// tile w's loads, so the wait costs the consumers nothing while the producer runs ahead.
+struct TileSlot {
+  uint64_t full, empty;  // ClusterBarrier storage
+  int idx;
+};
+
 // Varlen (packed) batches: only real tiles, numbered consecutively sequence by sequence, so that the
 // round-robin hands every CTA about the same work whatever the lengths. (The max_seqlen-sized slot
 // grid of TileOrder gives each sequence max_seqlen_q / kBlockM slots per head, and the slots past
@@ -116,15 +130,67 @@ struct StaticTileScheduler {
 // resuming from where its previous lookup stopped (a CTA's indices only grow), so a CTA scans the
 // batch once in all. The order within a sequence: varlen_tile_in (varlen_tile_order.hpp).
 // Every lane of the calling warp must take part (the producer warp and the consumer warps do).
-template <bool kCausal, int kBlockM>
+//
+// Dynamic order (kDynamic and order.counter set; never folded): CTA b's first index is b, and each next one is
+// G + the counter's next value, drawn by the producer warp once it has issued the current tile's
+// loads and handed to the consumers through a TileSlot. Greedy dealing of the same list ends every
+// CTA within about one tile of the others, where the static round-robin leaves the busiest CTA of a
+// mixed causal batch 5% above the mean (docs/perf-notes.md, "a load model"). A CTA's indices still
+// only grow, as the resumable search needs.
+template <bool kCausal, int kBlockM, bool kDynamic = false>
 struct VarlenTileScheduler {
   TileOrder<kCausal> order;  // heads, batch, cu_q, rows_q, fold (num_m_blocks: the max, for the grid)
   int seq = 0;               // the sequence the last lookup stopped at
   int seq_base = 0;          // its first work index
   WorkTile cur{};            // the last lookup's tile
+  TileSlot* slot = nullptr;  // dynamic order: the handoff (attach)
+  bool producer = false;
+  uint32_t phase = 0;        // of the slot barrier this role waits on next
+  int published = 0;         // producer: indices handed over
+
+  // Init of the slot's barriers, by one thread before the CTA-wide sync that precedes any use.
+  __device__ static void init_slot(TileSlot* s, int consumer_warps) {
+    cutlass::arch::ClusterBarrier::init(&s->full, 1);
+    cutlass::arch::ClusterBarrier::init(&s->empty, consumer_warps);
+  }
+  __device__ void attach(TileSlot* s, bool is_producer) {
+    slot = s;
+    producer = is_producer;
+  }
+  __device__ bool dynamic() const { return kDynamic && order.counter != nullptr; }
 
   __device__ int first() const { return index_of(0); }
-  __device__ int next(int k) const { return index_of(k + 1); }
+  __device__ int next(int k) {
+    if (!dynamic()) return index_of(k + 1);
+    const int lane = static_cast<int>(threadIdx.x % 32);
+    if (producer) {
+      int drawn = 0;
+      if (lane == 0) drawn = atomicAdd(order.counter, 1);
+      const int idx = static_cast<int>(gridDim.x) + warp_sum(lane == 0 ? drawn : 0);
+      if (published > 0) {  // the consumers have read the previous index
+        cutlass::arch::ClusterBarrier::wait(&slot->empty, phase);
+        phase ^= 1u;
+      }
+      if (lane == 0) {
+        slot->idx = idx;
+        cutlass::arch::ClusterBarrier::arrive(&slot->full);  // release: the store above first
+      }
+      __syncwarp();
+      ++published;
+      return idx;
+    }
+    cutlass::arch::ClusterBarrier::wait(&slot->full, phase);
+    phase ^= 1u;
+    const int idx = warp_uniform(*static_cast<volatile int*>(&slot->idx));
+    __syncwarp();
+    if (lane == 0) cutlass::arch::ClusterBarrier::arrive(&slot->empty);
+    return idx;
+  }
+  // Producer, after its loop: take the consumers' read of the last index (the one past the end),
+  // so that no arrival is pending when the CTA exits.
+  __device__ void drain() {
+    if (dynamic() && producer && published > 0) cutlass::arch::ClusterBarrier::wait(&slot->empty, phase);
+  }
   __device__ WorkTile tile(int) const { return cur; }
   static int grid_size(const TileOrder<kCausal>& o, int num_sms) {
     const int n = (kCausal && o.fold) ? o.num_units() : o.num_tiles();  // upper bounds
