@@ -30,13 +30,10 @@ int64_t fp8_blocks(int64_t rows) { return (rows + kFp8BlockRows - 1) / kFp8Block
 int64_t q_rows(const AttnProblem& p) { return p.varlen() ? p.total_q : p.batch * p.seqlen_q; }
 int64_t k_rows(const AttnProblem& p) { return p.varlen() ? p.total_k : p.batch * p.seqlen_k; }
 
-// V^T's keys per (batch entry, kv head) row: padded per batch entry, or the packed layout's columns.
-int64_t vt_columns(const AttnProblem& p) {
-  return p.varlen() ? sm90::fp8::vt_varlen_columns(p.total_k, p.batch) : sm90::fp8::vt_padded_seqlen(p.seqlen_k);
-}
+// V^T: (batch, heads_kv, head_dim, keys padded to whole 128-key tiles), or the packed layout.
 std::size_t vt_bytes(const AttnProblem& p) {
-  const int64_t entries = p.varlen() ? 1 : p.batch;
-  return std::size_t(entries * p.heads_kv * p.head_dim * vt_columns(p));
+  if (p.varlen()) return sm90::fp8::vt_varlen_bytes(p.heads_kv, p.head_dim, p.total_k, p.batch);
+  return std::size_t(p.batch * p.heads_kv * p.head_dim * sm90::fp8::vt_padded_seqlen(p.seqlen_k));
 }
 
 // Packed batches: the kernel's tile counter (sm90/fp8/tile_counter.hpp), one aligned slot right

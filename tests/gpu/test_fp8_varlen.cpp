@@ -431,5 +431,44 @@ TEST(Sm90Fp8Varlen, CheckIndexValuesNamesTheBadTensor) {
   EXPECT_NE(r.message.find("cu_seqlens_k[2]"), std::string::npos) << r.message;
 }
 
+// The packed calls' workspace ends with the tile counter (256 bytes after V^T): a workspace sized
+// without it, or none, is refused before anything runs, naming the workspace.
+TEST(Sm90Fp8Varlen, WorkspaceWithoutRoomForTheTileCounterIsRejected) {
+  if (!has_sm90()) GTEST_SKIP() << "no sm_90 device";
+  if (find_fp8_kernel(DType::kBF16, 64) == nullptr) GTEST_SKIP() << "not built";
+  const int64_t total = 64, h = 2, d = 64;
+  DeviceBuffer q(size_t(total * h * d) * 2), out(size_t(total * h * d) * 2), cu(12);
+  q.fill(0x3C);
+  cu.upload(std::vector<int32_t>{0, 30, 64});
+  Fp8VarlenAttentionArgs a;
+  a.q = a.k = a.v = make_tensor(q.get(), DType::kBF16, total, h, d);
+  a.out = make_tensor(out.get(), DType::kBF16, total, h, d);
+  a.cu_seqlens_q = a.cu_seqlens_k = index_tensor(cu.get(), 3);
+  a.max_seqlen_q = a.max_seqlen_k = 34;
+  const size_t need = attention_fp8_varlen_workspace_size(a);
+  ASSERT_GT(need, 256u);
+  DeviceBuffer ws(need);
+  Result r = attention_fp8_varlen(a, ws.get(), need - 256);
+  EXPECT_EQ(r.status, Status::kInvalidArgument);
+  EXPECT_NE(r.message.find("workspace_bytes"), std::string::npos) << r.message;
+  r = attention_fp8_varlen(a, nullptr, 0);
+  EXPECT_EQ(r.status, Status::kInvalidArgument);
+  EXPECT_NE(r.message.find("workspace is null"), std::string::npos) << r.message;
+
+  // forward_fp8_varlen on e4m3 inputs (descales absent: 1): V^T alone is 256 bytes short.
+  Fp8VarlenForwardArgs f;
+  f.q = f.k = f.v = make_tensor(q.get(), DType::kE4M3, total, h, d);
+  f.out = a.out;
+  f.cu_seqlens_q = f.cu_seqlens_k = a.cu_seqlens_q;
+  f.max_seqlen_q = f.max_seqlen_k = 34;
+  const size_t need_f = forward_fp8_varlen_workspace_size(f);
+  ASSERT_GT(need_f, 256u);
+  r = forward_fp8_varlen(f, ws.get(), need_f - 256);
+  EXPECT_EQ(r.status, Status::kInvalidArgument);
+  EXPECT_NE(r.message.find("workspace_bytes"), std::string::npos) << r.message;
+  EXPECT_TRUE(forward_fp8_varlen(f, ws.get(), need_f).ok());  // the full size runs
+  HOPATTN_TEST_CUDA(cudaDeviceSynchronize());
+}
+
 }  // namespace
 }  // namespace hopattn::test
