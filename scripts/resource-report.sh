@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Compiler report for every kernel in the built library: registers and stack bytes (cuobjdump
 # -res-usage) and a SASS check: HGMMA count, and LDL/STL counts split at the producer's
-# USETMAXREG.DEALLOC (those after it are in the TMA producer warp, not the consumers' main loop).
+# USETMAXREG.DEALLOC (those after it are in the TMA producer warp, not the consumers' main loop),
+# and those inside the innermost loop that issues GMMAs (the key-block loop: a spill there is paid
+# per key block, elsewhere per tile or per CTA). Takes a library or an object file.
 # Needs cuobjdump + nvdisasm: the CUDA toolkit's, or `pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm`.
 set -euo pipefail
 lib=${1:-build/libhopattn.so}
@@ -33,27 +35,54 @@ for line in open("/tmp/hopattn-res.txt"):
     m = re.search(r"REG:(\d+) STACK:(\d+)", line)
     if m and fn:
         res[fn] = m.groups()
-rows, name, after = {}, None, False
+def key_loop_spills(lines):
+    """LDL/STL in the innermost loop that issues GMMAs (the key-block loop): the smallest span from a
+    backward branch's target to the branch that holds an HGMMA/QGMMA; -1 when there is none."""
+    at = {}
+    for i, l in enumerate(lines):
+        m = re.match(r"\s*/\*([0-9a-f]{4,})\*/", l)
+        if m:
+            at[int(m.group(1), 16)] = i
+    best = None
+    for i, l in enumerate(lines):
+        m = re.search(r"/\*([0-9a-f]+)\*/\s+[^;]*\bBRA\b[^;]*?(0x[0-9a-f]+)", l)
+        if not m or int(m.group(2), 16) >= int(m.group(1), 16) or int(m.group(2), 16) not in at:
+            continue
+        t = at[int(m.group(2), 16)]
+        if any("GMMA" in x for x in lines[t:i]) and (best is None or i - t < best[1] - best[0]):
+            best = (t, i)
+    if best is None:
+        return -1
+    return sum(1 for x in lines[best[0]:best[1]] if re.search(r"\b(LDL|STL)\b", x))
+
+rows, name, after, body = {}, None, False, []
+def close():
+    if name is not None:
+        rows[name][3] = key_loop_spills(body)
 for line in open("/tmp/hopattn-sass.txt"):
     m = re.search(r"Function : (\S+)", line)
     if m:
-        name, after = m.group(1), False
-        rows[name] = [0, 0, 0]
+        close()
+        name, after, body = m.group(1), False, []
+        rows[name] = [0, 0, 0, -1]
         continue
     if name is None:
         continue
+    body.append(line)
     if "USETMAXREG.DEALLOC" in line:
         after = True
     if "HGMMA" in line or "QGMMA" in line:
         rows[name][0] += 1
     if re.search(r"\b(LDL|STL)\b", line):
         rows[name][2 if after else 1] += 1
+close()
 def short(n):
-    m = re.search(r"FwdWsConfigILNS_5DTypeE(\d)ELi(\d+)ELb(\d)ELj(\d+)ELi(\d+)E(Lb1E)?", n)
+    m = re.search(r"FwdWsConfigILNS_5DTypeE(\d)ELi(\d+)ELb(\d)ELj(\d+)ELi(\d+)E(?:Lb(\d)E)?(?:Lb(\d)E)?(?:Lb(\d)E)?", n)
     if m:
-        d, h, c, f, bn, varlen = m.groups()
+        d, h, c, f, bn, varlen, local, softcap = m.groups()
         return (f"ws {'bf16' if d == '0' else 'fp16'} d{h} {'causal' if c == '1' else 'full'} flags={f}"
-                + (f" N={bn}" if bn != "0" else "") + (" varlen" if varlen else ""))
+                + (f" N={bn}" if bn != "0" else "") + (" varlen" if varlen == "1" else "")
+                + (" local" if local == "1" else "") + (" softcap" if softcap == "1" else ""))
     m = re.search(r"Fp8FwdConfigILNS_5DTypeE(\d)ELi(\d+)ELb(\d)ELj(\d+)ELi(\d+)", n)
     if m:
         d, h, c, f, bn = m.groups()
@@ -63,8 +92,9 @@ def short(n):
         d, h, c = m.groups()
         return f"mma {'bf16' if d == '0' else 'fp16'} d{h} {'causal' if c == '1' else 'full'}"
     return n[:50]
-print(f"{'kernel':<40} {'regs':>5} {'stack':>6} {'HGMMA':>6} {'LDL/STL consumer':>17} {'LDL/STL producer':>17}")
-for n, (hg, cons, prod) in sorted(rows.items(), key=lambda kv: short(kv[0])):
+print(f"{'kernel':<40} {'regs':>5} {'stack':>6} {'HGMMA':>6} {'LDL/STL consumer':>17} {'LDL/STL producer':>17} "
+      f"{'in key loop':>12}")
+for n, (hg, cons, prod, loop) in sorted(rows.items(), key=lambda kv: short(kv[0])):
     reg, stack = res.get(n, ("?", "?"))
-    print(f"{short(n):<40} {reg:>5} {stack:>6} {hg:>6} {cons:>17} {prod:>17}")
+    print(f"{short(n):<40} {reg:>5} {stack:>6} {hg:>6} {cons:>17} {prod:>17} {loop if loop >= 0 else '-':>12}")
 PY

@@ -168,6 +168,17 @@ struct VarlenForwardArgs {
 // finite there (0 * inf is NaN in P V), as with FlashAttention-3 (which reads past every sequence).
 Result forward_varlen(const VarlenForwardArgs& args, cudaStream_t stream = nullptr);
 
+// The same call with a workspace: forward_varlen_workspace_size(args) bytes of device memory (256
+// today, for any valid args; 0 means invalid args), 256-byte aligned, with any content (the call
+// zeroes what it uses, on `stream`), not shared with a call running concurrently on another stream.
+// It holds a tile counter: with it, the head_dim-64 causal kernels hand each persistent CTA its
+// next tile as it frees up (a dynamic order) instead of a fixed round-robin, which evens out the
+// CTAs' loads on mixed lengths (docs/design-varlen.md). The result is bitwise the same; only the speed differs.
+// The Python package (hopattn.varlen_attention) always passes one.
+std::size_t forward_varlen_workspace_size(const VarlenForwardArgs& args);
+Result forward_varlen(const VarlenForwardArgs& args, void* workspace, std::size_t workspace_bytes,
+                      cudaStream_t stream = nullptr);
+
 // Gradients of a forward_varlen call: the same index tensors and options, plus dout like out and
 // dq/dk/dv like q/k/v (packed; written for every row of every sequence, rows past seqused get 0,
 // rows past cu_seqlens[batch] are not written, except that a call with no query row or no key row
@@ -270,6 +281,9 @@ Result quantize_fp8(const Fp8QuantizeArgs& args, cudaStream_t stream = nullptr);
 // so a block never mixes sequences; without block_quant one scale per (sequence, head). The kernel
 // reads no value of another sequence: unlike the 16-bit forward_varlen, V rows outside the
 // sequences need not be finite. No sliding window or softcap (the FP8 kernel has neither).
+// The workspace (the *_workspace_size calls) holds the e4m3 copies, V^T and the descales, and a
+// 256-byte tile counter for the dynamic tile order of forward_varlen's workspace form; like there,
+// its content on entry does not matter, and two calls running at once need two workspaces.
 struct Fp8VarlenAttentionArgs {
   TensorRef q, k, v;  // bf16 or fp16, packed (head_dim 64, 128 or 256)
   TensorRef out;      // like q

@@ -11,7 +11,7 @@
 extern "C" {
 #endif
 
-#define HOPATTN_ABI_VERSION 9
+#define HOPATTN_ABI_VERSION 10
 
 enum hopattn_status {
   HOPATTN_SUCCESS = 0,
@@ -119,6 +119,12 @@ int hopattn_check_device(void);
 /* Variable-length forward: stream as above (device memory), or the CPU reference (host memory). */
 int hopattn_forward_varlen(const hopattn_varlen_fwd_args* args, void* stream);
 int hopattn_forward_varlen_cpu(const hopattn_varlen_fwd_args* args);
+/* The same with a workspace (hopattn.hpp: forward_varlen's workspace form): device memory of
+ * hopattn_forward_varlen_workspace_size(args) bytes (0: invalid args), 256-byte aligned, any
+ * content; it holds the tile counter of the dynamic tile order. */
+size_t hopattn_forward_varlen_workspace_size(const hopattn_varlen_fwd_args* args);
+int hopattn_forward_varlen_with_workspace(const hopattn_varlen_fwd_args* args, void* workspace,
+                                          size_t workspace_bytes, void* stream);
 
 /* Backward: gradients dq, dk, dv of the forward call that produced out and lse.
  * workspace: device memory of hopattn_backward_workspace_size(args) bytes, 256-byte aligned. */

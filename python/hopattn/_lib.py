@@ -9,7 +9,8 @@ from pathlib import Path
 # Must equal HOPATTN_ABI_VERSION in hopattn_c.h; checked at load so a stale .so fails loudly
 # instead of misreading structs. 7: hopattn_kvcache_args gained the sliding window. 9: the FP8
 # varlen structs and entry points (hopattn_fp8_varlen_attention_args, hopattn_fp8_varlen_fwd_args).
-ABI_VERSION = 9
+# 10: hopattn_forward_varlen_with_workspace and its size query (the dynamic tile order's counter).
+ABI_VERSION = 10
 
 # enum hopattn_dtype
 DTYPE_BF16 = 0
@@ -343,6 +344,11 @@ def _declare(lib):
         "hopattn_check_device": ([], ctypes.c_int),
         "hopattn_forward_varlen": ([varlen_p, ctypes.c_void_p], ctypes.c_int),
         "hopattn_forward_varlen_cpu": ([varlen_p], ctypes.c_int),
+        "hopattn_forward_varlen_workspace_size": ([varlen_p], ctypes.c_size_t),
+        "hopattn_forward_varlen_with_workspace": (
+            [varlen_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p],
+            ctypes.c_int,
+        ),
         "hopattn_backward_workspace_size": ([bwd_args_p], ctypes.c_size_t),
         "hopattn_backward": ([bwd_args_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p], ctypes.c_int),
         "hopattn_backward_cpu": ([bwd_args_p], ctypes.c_int),

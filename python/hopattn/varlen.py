@@ -1,5 +1,5 @@
 # Variable-length (packed) batches, FlashAttention-3's varlen API: hopattn.varlen_attention over the
-# C ABI's hopattn_forward_varlen / hopattn_backward_varlen (torch CUDA tensors: the sm90 kernels, on
+# C ABI's hopattn_forward_varlen_with_workspace / hopattn_backward_varlen (torch CUDA tensors: the sm90 kernels, on
 # the current stream; differentiable) and hopattn_forward_varlen_cpu (numpy arrays: the CPU
 # reference, forward only: numpy has no autograd). As in ops.py, torch is never imported here.
 #
@@ -35,7 +35,7 @@ from .ops import (
 )
 
 VARLEN_LAYOUT = "(total_tokens, heads, head_dim)"
-_BWD_WORKSPACE_ALIGNMENT = 256
+_WORKSPACE_ALIGNMENT = 256
 
 
 def _check_index(name, t, is_int32, is_contiguous):
@@ -127,6 +127,21 @@ def _plain_eager(st, tensors):
     )
 
 
+def _device_workspace(torch, q, nbytes):
+    """(tensor, pointer) of nbytes uninitialised bytes on q's device, or (None, None) for 0. The
+    library initialises what it uses on the stream; the caller keeps the tensor referenced until the
+    call is enqueued, and torch's allocator orders any reuse of the memory after it on the stream."""
+    if not nbytes:
+        return None, None
+    workspace = q.new_empty((nbytes,), dtype=torch.uint8)
+    ptr = workspace.data_ptr()
+    if ptr % _WORKSPACE_ALIGNMENT:
+        raise _lib.HopattnError(
+            f"workspace: torch allocated {nbytes} bytes at {ptr:#x}, which is not {_WORKSPACE_ALIGNMENT}-byte aligned"
+        )
+    return workspace, ptr
+
+
 def _launch(torch, q, k, v, index, max_seqlen_q, max_seqlen_k, causal, softmax_scale, check_index_values, with_lse,
             window, softcap=0.0):
     """out (total_q, heads_q, head_dim), contiguous in q's dtype, and with with_lse lse (heads_q,
@@ -145,7 +160,13 @@ def _launch(torch, q, k, v, index, max_seqlen_q, max_seqlen_k, causal, softmax_s
         dev = q.get_device()
         prev = st.exchange_device(dev)  # a no-op when q is on the current device
         try:
-            status = lib.hopattn_forward_varlen(ctypes.byref(args), st.raw_stream(dev))
+            # 0 for invalid arguments: the call then names what is wrong. Otherwise the tile counter
+            # of the dynamic tile order (hopattn.hpp, forward_varlen's workspace form).
+            nbytes = lib.hopattn_forward_varlen_workspace_size(ctypes.byref(args))
+            workspace, workspace_ptr = _device_workspace(torch, q, nbytes)
+            status = lib.hopattn_forward_varlen_with_workspace(ctypes.byref(args), workspace_ptr, nbytes,
+                                                               st.raw_stream(dev))
+            del workspace
         finally:
             st.restore_device(prev)
         _lib.check(status, "hopattn varlen forward")
@@ -205,17 +226,7 @@ def _launch_backward(torch, q, k, v, out, dout, lse, index, max_seqlen_q, max_se
     prev = st.exchange_device(dev)  # a no-op when q is on the current device; the size may depend on it
     try:
         nbytes = lib.hopattn_backward_varlen_workspace_size(ctypes.byref(args))
-        workspace = None  # kept referenced until the call is enqueued; the allocator orders reuse by stream
-        workspace_ptr = None
-        if nbytes:
-            # Uninitialised is fine (the library initialises what it needs on the stream).
-            workspace = q.new_empty((nbytes,), dtype=torch.uint8)
-            workspace_ptr = workspace.data_ptr()
-            if workspace_ptr % _BWD_WORKSPACE_ALIGNMENT:
-                raise _lib.HopattnError(
-                    f"workspace: torch allocated {nbytes} bytes at {workspace_ptr:#x}, which is not "
-                    f"{_BWD_WORKSPACE_ALIGNMENT}-byte aligned"
-                )
+        workspace, workspace_ptr = _device_workspace(torch, q, nbytes)
         status = lib.hopattn_backward_varlen(ctypes.byref(args), workspace_ptr, nbytes, st.raw_stream(dev))
         del workspace
     finally:

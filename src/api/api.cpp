@@ -12,6 +12,7 @@
 #include "api/device.hpp"
 #include "api/index_checks.hpp"
 #include "api/instantiations.hpp"
+#include "api/messages.hpp"
 #include "api/problem.hpp"
 #include "reference/reference.hpp"
 #include "sm90/bwd/workspace.hpp"
@@ -143,14 +144,7 @@ Result backward(const BackwardArgs& args, void* workspace, std::size_t workspace
   if (f.seqlen_k == 0) return zero_fill_device("dq", args.dq, stream);  // no key: out = 0 for every row
 
   const std::size_t needed = kernel_workspace_bytes(f);
-  if (workspace == nullptr)
-    return Result{Status::kInvalidArgument,
-                  "workspace is null but " + std::to_string(needed) + " bytes are needed (backward_workspace_size)"};
-  if (workspace_bytes < needed)
-    return Result{Status::kInvalidArgument, "workspace_bytes=" + std::to_string(workspace_bytes) + " but " +
-                                                std::to_string(needed) + " bytes are needed (backward_workspace_size)"};
-  if (reinterpret_cast<uintptr_t>(workspace) % 256 != 0)
-    return Result{Status::kInvalidArgument, "workspace is not 256-byte aligned"};
+  if (Result r = detail::check_workspace(workspace, workspace_bytes, needed, "backward_workspace_size"); !r.ok()) return r;
   const BwdKernelEntry* kernel = find_backward_kernel(f.dtype, static_cast<int>(f.head_dim));
   const cudaError_t e = kernel->launch(p, workspace, stream);
   return e == cudaSuccess ? Result{} : cuda_error("sm90 backward launch", e);
@@ -206,18 +200,51 @@ Result check_index_values_on_device(const VarlenProblem& p, cudaStream_t stream)
 
 }  // namespace detail
 
-Result forward_varlen(const VarlenForwardArgs& args, cudaStream_t stream) {
-  VarlenProblem vp;
-  if (Result r = validate_forward_varlen(args, Backend::kSm90, &vp); !r.ok()) return r;
+namespace {
+
+// Bytes of a varlen forward's workspace: one 256-byte slot for the tile counter of the kernels that
+// deal their tiles dynamically (sm90/ws/tile_scheduler.hpp). The same for every valid call, so that
+// a caller can allocate it before knowing which kernel runs.
+constexpr std::size_t kVarlenTileCounterBytes = detail::kWorkspaceAlign;
+
+// forward_varlen after validation; tile_counter (zeroed by the launcher on `stream`) or null.
+Result run_forward_varlen(const VarlenForwardArgs& args, const VarlenProblem& vp, int* tile_counter,
+                          cudaStream_t stream) {
   if (Result r = check_hopper_device(); !r.ok()) return r;
   if (vp.batch > 0 && detail::check_index_values_requested(args.check_index_values))
     if (Result r = detail::check_index_values_on_device(vp, stream); !r.ok()) return r;
   // No rows to write (a sequence longer than max_seqlen_q is the caller's error, see the header).
   if (vp.empty() || vp.total_q == 0 || vp.max_seqlen_q == 0) return {};
-  const AttnProblem p = to_attn_problem(vp);
+  AttnProblem p = to_attn_problem(vp);
+  p.tile_counter = tile_counter;
   const FwdKernelEntry* kernel = find_forward_kernel(p.dtype, static_cast<int>(p.head_dim));
   const cudaError_t e = kernel->launch(p, stream);
   return e == cudaSuccess ? Result{} : cuda_error("sm90 varlen forward launch", e);
+}
+
+}  // namespace
+
+Result forward_varlen(const VarlenForwardArgs& args, cudaStream_t stream) {
+  VarlenProblem vp;
+  if (Result r = validate_forward_varlen(args, Backend::kSm90, &vp); !r.ok()) return r;
+  return run_forward_varlen(args, vp, nullptr, stream);
+}
+
+std::size_t forward_varlen_workspace_size(const VarlenForwardArgs& args) {
+  VarlenProblem vp;
+  return validate_forward_varlen(args, Backend::kSm90, &vp).ok() ? kVarlenTileCounterBytes : 0;
+}
+
+Result forward_varlen(const VarlenForwardArgs& args, void* workspace, std::size_t workspace_bytes,
+                      cudaStream_t stream) {
+  VarlenProblem vp;
+  if (Result r = validate_forward_varlen(args, Backend::kSm90, &vp); !r.ok()) return r;
+  // Checked before the device, like the arguments, so that a CPU-only test sees the same message.
+  if (Result r = detail::check_workspace(workspace, workspace_bytes, kVarlenTileCounterBytes,
+                                         "forward_varlen_workspace_size");
+      !r.ok())
+    return r;
+  return run_forward_varlen(args, vp, static_cast<int*>(workspace), stream);
 }
 
 std::size_t backward_varlen_workspace_size(const VarlenBackwardArgs& args) {
@@ -243,14 +270,7 @@ Result backward_varlen(const VarlenBackwardArgs& args, void* workspace, std::siz
   }
   if (vp.total_k == 0 || vp.max_seqlen_k == 0) return zero_fill_device("dq", args.dq, stream);
   const std::size_t needed = kernel_workspace_bytes(p.fwd);
-  if (workspace == nullptr)
-    return Result{Status::kInvalidArgument, "workspace is null but " + std::to_string(needed) +
-                                                " bytes are needed (backward_varlen_workspace_size)"};
-  if (workspace_bytes < needed)
-    return Result{Status::kInvalidArgument, "workspace_bytes=" + std::to_string(workspace_bytes) + " but " +
-                                                std::to_string(needed) + " bytes are needed (backward_varlen_workspace_size)"};
-  if (reinterpret_cast<uintptr_t>(workspace) % 256 != 0)
-    return Result{Status::kInvalidArgument, "workspace is not 256-byte aligned"};
+  if (Result r = detail::check_workspace(workspace, workspace_bytes, needed, "backward_varlen_workspace_size"); !r.ok()) return r;
   const BwdKernelEntry* kernel = find_backward_kernel(p.fwd.dtype, static_cast<int>(p.fwd.head_dim));
   const cudaError_t e = kernel->launch(p, workspace, stream);
   return e == cudaSuccess ? Result{} : cuda_error("sm90 varlen backward launch", e);

@@ -11,6 +11,7 @@
 #include "api/fp8_varlen.hpp"
 #include "api/index_checks.hpp"
 #include "api/instantiations.hpp"
+#include "api/messages.hpp"
 #include "api/problem.hpp"
 #include "reference/reference.hpp"
 #include "sm90/fp8/layout.hpp"
@@ -20,7 +21,8 @@
 namespace hopattn {
 namespace {
 
-constexpr std::size_t kWorkspaceAlign = 256;
+using detail::check_workspace;
+using detail::kWorkspaceAlign;
 std::size_t align_up(std::size_t bytes) { return (bytes + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign; }
 
 int64_t fp8_blocks(int64_t rows) { return (rows + kFp8BlockRows - 1) / kFp8BlockRows; }
@@ -94,18 +96,6 @@ AttentionFp8Workspace plan_workspace(const AttnProblem& p, const QuantOptions& o
   return w;
 }
 
-Result check_workspace(const void* workspace, std::size_t bytes, std::size_t needed, const char* size_fn) {
-  if (needed == 0) return {};
-  if (workspace == nullptr)
-    return Result{Status::kInvalidArgument,
-                  "workspace is null but " + std::to_string(needed) + " bytes are needed (" + size_fn + ")"};
-  if (bytes < needed)
-    return Result{Status::kInvalidArgument, "workspace_bytes=" + std::to_string(bytes) + " but " +
-                                                std::to_string(needed) + " bytes are needed (" + size_fn + ")"};
-  if (reinterpret_cast<uintptr_t>(workspace) % kWorkspaceAlign != 0)
-    return Result{Status::kInvalidArgument, "workspace is not 256-byte aligned"};
-  return {};
-}
 
 // Rows with no key (seqlen_k == 0): out = 0, lse = -inf, as the 16-bit forward does.
 Result fill_no_keys(const AttnProblem& p, cudaStream_t stream) {

@@ -221,6 +221,19 @@ int hopattn_forward_varlen(const hopattn_varlen_fwd_args* args, void* stream) {
   return finish(hopattn::forward_varlen(a, static_cast<cudaStream_t>(stream)));
 }
 
+size_t hopattn_forward_varlen_workspace_size(const hopattn_varlen_fwd_args* args) {
+  hopattn::VarlenForwardArgs a;
+  if (to_args(args, &a) != HOPATTN_SUCCESS) return 0;
+  return hopattn::forward_varlen_workspace_size(a);
+}
+
+int hopattn_forward_varlen_with_workspace(const hopattn_varlen_fwd_args* args, void* workspace,
+                                          size_t workspace_bytes, void* stream) {
+  hopattn::VarlenForwardArgs a;
+  if (int rc = to_args(args, &a); rc != HOPATTN_SUCCESS) return rc;
+  return finish(hopattn::forward_varlen(a, workspace, workspace_bytes, static_cast<cudaStream_t>(stream)));
+}
+
 int hopattn_forward_varlen_cpu(const hopattn_varlen_fwd_args* args) {
   hopattn::VarlenForwardArgs a;
   if (int rc = to_args(args, &a); rc != HOPATTN_SUCCESS) return rc;

@@ -49,6 +49,9 @@ struct AttnProblem {
   const int32_t* seqused_q = nullptr;  // or null
   const int32_t* seqused_k = nullptr;  // or null
   int64_t total_q = 0, total_k = 0;
+  // A packed batch's tile counter (forward_varlen's workspace), or null: the launcher zeroes it on
+  // the stream and the kernels that deal their tiles dynamically draw from it; others ignore it.
+  int* tile_counter = nullptr;
 
   // A paged K/V cache (set only by the KV-cache call's forward route, with seqused_k): k and v are
   // (num_pages, page_size, heads_kv, head_dim) with k_stride/v_stride (page, row in page, head),

@@ -325,5 +325,36 @@ TEST(VarlenCAbi, GpuEntryWithoutDeviceReportsUnsupportedDevice) {
   EXPECT_NE(std::string(hopattn_last_error()).find("q: dtype fp32"), std::string::npos) << hopattn_last_error();
 }
 
+// The workspace form: its size query agrees with the C++ one (0 for invalid args), and a missing,
+// short or misaligned workspace is refused naming the workspace, before any device is looked for
+// (so the same on machines with and without a GPU); invalid args are reported as such first.
+TEST(VarlenCAbi, WorkspaceFormChecksItsWorkspace) {
+  const BuiltForward kern = forward_kernel();
+  if (!kern.found) GTEST_SKIP() << "no forward kernel in this build: " << build_instantiations();
+  alignas(256) static unsigned char workspace[512];
+  hopattn_varlen_fwd_args c = gpu_c_args(kern);
+  EXPECT_EQ(hopattn_forward_varlen_workspace_size(&c), 256u);
+  EXPECT_EQ(hopattn_forward_varlen_workspace_size(nullptr), 0u);
+  const auto expect_refused = [&](void* ws, size_t bytes, const std::string& fragment) {
+    EXPECT_EQ(hopattn_forward_varlen_with_workspace(&c, ws, bytes, nullptr), HOPATTN_INVALID_ARGUMENT) << fragment;
+    EXPECT_NE(std::string(hopattn_last_error()).find(fragment), std::string::npos) << hopattn_last_error();
+  };
+  expect_refused(nullptr, 0, "workspace is null but 256 bytes are needed (forward_varlen_workspace_size)");
+  expect_refused(workspace, 255, "workspace_bytes=255 but 256 bytes are needed");
+  expect_refused(workspace + 16, 256, "workspace is not 256-byte aligned");
+  c.cu_seqlens_q.dtype = HOPATTN_FP32;
+  EXPECT_EQ(hopattn_forward_varlen_workspace_size(&c), 0u);
+  expect_refused(workspace, sizeof(workspace), "cu_seqlens_q");
+  expect_refused(nullptr, 0, "cu_seqlens_q");  // the arguments first, then the workspace
+  EXPECT_EQ(hopattn_forward_varlen_with_workspace(nullptr, workspace, sizeof(workspace), nullptr),
+            HOPATTN_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(hopattn_last_error()).find("args is null"), std::string::npos) << hopattn_last_error();
+  if (has_cuda_device()) return;  // a valid call would launch on the fake tensors
+  c = gpu_c_args(kern);
+  EXPECT_EQ(hopattn_forward_varlen_with_workspace(&c, workspace, sizeof(workspace), nullptr),
+            HOPATTN_UNSUPPORTED_DEVICE)
+      << hopattn_last_error();
+}
+
 }  // namespace
 }  // namespace hopattn::test

@@ -514,6 +514,29 @@ TEST(VarlenValidation, MaxSeqlenFitsTheKernelsIndices) {
   EXPECT_NE(r.message.find("max_seqlen_k=2147483648 exceeds"), std::string::npos) << r.message;
 }
 
+// forward_varlen's workspace form: 256 bytes (the tile counter) for any valid args, 0 for invalid
+// ones; a null, short or misaligned workspace is refused naming it, after the arguments' checks and
+// before any device is looked for.
+TEST(VarlenValidation, WorkspaceFormChecksItsWorkspace) {
+  const auto [dtype, d] = first_built();
+  ValidArgs v;
+  v.a.q = v.a.out = make_tensor(g_fake_memory, dtype, 12, 4, d);
+  v.a.k = v.a.v = make_tensor(g_fake_memory, dtype, 8, 2, d);
+  EXPECT_EQ(forward_varlen_workspace_size(v.a), 256u);
+  const auto expect_refused = [&](void* ws, std::size_t bytes, const std::string& fragment) {
+    const Result r = forward_varlen(v.a, ws, bytes);
+    EXPECT_EQ(r.status, Status::kInvalidArgument) << r.message;
+    EXPECT_NE(r.message.find(fragment), std::string::npos) << "message \"" << r.message << "\" lacks \"" << fragment << "\"";
+  };
+  expect_refused(nullptr, 256, "workspace is null but 256 bytes are needed (forward_varlen_workspace_size)");
+  expect_refused(g_fake_memory, 128, "workspace_bytes=128 but 256 bytes are needed (forward_varlen_workspace_size)");
+  expect_refused(g_fake_memory + 8, 512, "workspace is not 256-byte aligned");
+  v.a.max_seqlen_k = -1;
+  EXPECT_EQ(forward_varlen_workspace_size(v.a), 0u);
+  expect_refused(g_fake_memory, 512, "max_seqlen_k=-1 is negative");
+  expect_refused(nullptr, 0, "max_seqlen_k=-1 is negative");  // the arguments come first
+}
+
 // backward_varlen's arguments around the forward's: valid ones of the first built kernel, then each
 // mutation must be rejected (by backward_varlen itself, before it looks for a device) naming the
 // argument, and give a workspace size of 0.

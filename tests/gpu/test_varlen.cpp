@@ -87,12 +87,24 @@ struct VarlenCase {
   float softcap = 0.f;
 };
 
+// A case named prefix + dtype, head dim and mask, with those and the head counts set.
+VarlenCase named_case(const std::string& prefix, DType t, int d, bool causal, int64_t heads_q, int64_t heads_kv) {
+  VarlenCase c;
+  c.name = prefix + dtype_name(t) + "_d" + std::to_string(d) + (causal ? "_causal" : "_full");
+  c.dtype = t;
+  c.head_dim = d;
+  c.causal = causal;
+  c.heads_q = heads_q;
+  c.heads_kv = heads_kv;
+  return c;
+}
+
 struct VarlenRun {
   VarlenCase c;
   int64_t batch = 0, total_q = 0, total_k = 0, hq = 0, hkv = 0, d = 0, es = 2;
   int64_t q_tok = 0, k_tok = 0, o_tok = 0;  // token strides (elements); the head stride is d
   std::vector<int32_t> cu_q, cu_k, used_q, used_k;
-  DeviceBuffer data, out, lse, cu_q_dev, cu_k_dev, used_q_dev, used_k_dev;
+  DeviceBuffer data, out, lse, cu_q_dev, cu_k_dev, used_q_dev, used_k_dev, workspace;
   size_t q_off = 0, k_off = 0, v_off = 0;  // byte offsets of q, k, v in `data`
   VarlenForwardArgs args;
 
@@ -210,6 +222,14 @@ void setup(VarlenRun& r, const VarlenCase& c) {
 void poison_outputs(VarlenRun& r) {
   r.out.fill(0xFF);  // NaN in bf16 / fp16
   if (r.c.with_lse) r.lse.fill(0xFF);  // NaN in fp32
+}
+
+// forward_varlen's workspace form on a fresh workspace of 0x7F bytes: a tile counter that the call
+// failed to zero would send every CTA's second draw past the last tile, leaving poisoned rows.
+Result forward_varlen_with_workspace(VarlenRun& r) {
+  r.workspace = DeviceBuffer(forward_varlen_workspace_size(r.args));
+  r.workspace.fill(0x7F);
+  return forward_varlen(r.args, r.workspace.get(), r.workspace.bytes());
 }
 
 struct Outputs {
@@ -474,13 +494,14 @@ void check_outputs(const VarlenRun& r, const Outputs& o) {
   }
 }
 
-// Sets up `c`, runs forward_varlen on poisoned outputs and checks everything; returns the outputs.
+// Sets up `c`, runs forward_varlen (the workspace form, as the Python package calls it) on poisoned
+// outputs and checks everything; returns the outputs.
 Outputs run_and_check(const VarlenCase& c) {
   SCOPED_TRACE(c.name);
   VarlenRun r;
   setup(r, c);
   poison_outputs(r);
-  const Result res = forward_varlen(r.args);
+  const Result res = forward_varlen_with_workspace(r);
   EXPECT_TRUE(res.ok()) << c.name << ": " << res.message;
   if (!res.ok()) return {};
   Outputs o = download_outputs(r);
@@ -603,13 +624,7 @@ TEST(Sm90Varlen, RowsPastSequsedKAreNotRead) {
   if (!has_sm90()) GTEST_SKIP() << "no sm_90 device";
   for (const auto& [t, d] : built_pairs())
     for (bool causal : {false, true}) {
-      VarlenCase c;
-      c.name = std::string("nan_past_used_k_") + dtype_name(t) + "_d" + std::to_string(d) + (causal ? "_causal" : "_full");
-      c.dtype = t;
-      c.head_dim = d;
-      c.causal = causal;
-      c.heads_q = 8;
-      c.heads_kv = 2;
+      VarlenCase c = named_case("nan_past_used_k_", t, d, causal, 8, 2);
       c.len_q = {100, 300, 50, 200, 1, 129};
       c.len_k = {400, 300, 1000, 200, 500, 600};
       c.used_k = std::vector<int>{390, 176, 777, 200, 181, 512};
@@ -779,6 +794,42 @@ TEST(Sm90Varlen, SchedulerCoversEveryTileOnce) {
         run_and_check(c);
       }
   }
+}
+
+// The dynamic tile order (the workspace form) against the static round-robin (the form without a
+// workspace) on batches of many tiles per CTA: 48 sequences of up to 1500 tokens and 8 query heads
+// are ~1,700 192-row tiles at d64, ~13 per CTA, so every CTA draws from the counter many times.
+// The two outputs must be bitwise equal (a tile's arithmetic does not depend on the CTA that runs
+// it) and the dynamic one must match the reference. The d64 causal kernels are the ones with the
+// dynamic order; d64 non-causal and d128 run too (static either way: the workspace form must leave
+// them alone).
+TEST(Sm90Varlen, DynamicOrderMatchesStaticOrderBitwise) {
+  if (!has_sm90()) GTEST_SKIP() << "no sm_90 device";
+  int n = 0;
+  for (DType t : {DType::kBF16, DType::kFP16})
+    for (int d : {64, 128}) {
+      if (!has_forward_kernel(t, d)) continue;
+      for (bool causal : {true, false}) {
+        VarlenCase c = named_case("dynamic_", t, d, causal, 8, causal ? 2 : 8);
+        c.len_q = random_lengths(48, 300 + n, 0, 1500);
+        c.len_k = causal ? c.len_q : random_lengths(48, 400 + n, 0, 1500);
+        ++n;
+        SCOPED_TRACE(c.name);
+        VarlenRun r;
+        setup(r, c);
+        poison_outputs(r);
+        Result res = forward_varlen(r.args);  // static
+        ASSERT_TRUE(res.ok()) << res.message;
+        const Outputs fixed_order = download_outputs(r);
+        poison_outputs(r);
+        res = forward_varlen_with_workspace(r);
+        ASSERT_TRUE(res.ok()) << res.message;
+        const Outputs drawn = download_outputs(r);
+        check_outputs(r, drawn);
+        EXPECT_TRUE(drawn == fixed_order) << c.name << ": the dynamic order's output differs from the static one's";
+      }
+    }
+  if (n == 0) GTEST_SKIP() << "no d64/d128 16-bit kernel built: " << build_instantiations();
 }
 
 // ---- run-to-run stability --------------------------------------------------------------------------

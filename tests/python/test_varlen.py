@@ -403,6 +403,43 @@ def test_c_abi_backward_struct_as_python_packs_it_validates(lib):
     assert _lib.load().hopattn_backward_varlen_workspace_size(args) > 0
 
 
+def test_c_abi_forward_workspace_form_checks_its_workspace(lib):
+    # hopattn_forward_varlen_with_workspace, which hopattn.varlen_attention calls on CUDA tensors:
+    # 256 bytes (the tile counter) for any valid struct, 0 for a malformed one, and a missing or
+    # short workspace refused naming it. Validation and the workspace check come before any device
+    # is looked at, so this is safe with or without a GPU (a valid call is never made here).
+    from hopattn import _lib
+
+    pairs = sorted((d, h) for kind, d, h in hopattn.build_info()["kernels"] if kind == "fwd")
+    if not pairs:
+        pytest.skip("no forward kernel in this build")
+    code = {"bf16": _lib.DTYPE_BF16, "fp16": _lib.DTYPE_FP16}[pairs[0][0]]
+    head_dim = pairs[0][1]
+    c = _lib.load()
+    assert c.hopattn_forward_varlen_workspace_size(None) == 0
+    assert c.hopattn_forward_varlen_with_workspace(None, None, 0, None) == _lib.STATUS_INVALID_ARGUMENT
+    assert _lib.last_error() == "args is null"
+    keep, t = [], {}
+    for name, rows, heads in (("q", 9, 4), ("k", 8, 2), ("v", 8, 2), ("out", 9, 4)):
+        t[name], buf = host_tensor((rows, heads, head_dim), code)
+        keep.append(buf)
+    cu_q, buf_q = host_tensor((4,), _lib.DTYPE_INT32)
+    cu_k, buf_k = host_tensor((4,), _lib.DTYPE_INT32)
+    args = _lib.make_varlen_fwd_args(t["q"], t["k"], t["v"], t["out"], None, cu_q, cu_k, None, None, 4, 4, True, None,
+                                     False)
+    assert c.hopattn_forward_varlen_workspace_size(args) == 256
+    assert c.hopattn_forward_varlen_with_workspace(args, None, 0, None) == _lib.STATUS_INVALID_ARGUMENT
+    assert _lib.last_error() == "workspace is null but 256 bytes are needed (forward_varlen_workspace_size)"
+    scratch = np.zeros(1024, np.uint8)
+    aligned = -(-scratch.ctypes.data // 256) * 256
+    assert c.hopattn_forward_varlen_with_workspace(args, aligned, 255, None) == _lib.STATUS_INVALID_ARGUMENT
+    assert _lib.last_error() == "workspace_bytes=255 but 256 bytes are needed (forward_varlen_workspace_size)"
+    args.max_seqlen_k = -1
+    assert c.hopattn_forward_varlen_workspace_size(args) == 0
+    assert c.hopattn_forward_varlen_with_workspace(args, aligned, 256, None) == _lib.STATUS_INVALID_ARGUMENT
+    assert _lib.last_error().startswith("max_seqlen_k=-1 is negative")
+
+
 def test_errors_carry_the_library_status(lib):
     q, k, v, cu_q, cu_k = error_inputs()
     with pytest.raises(hopattn.HopattnError) as info:

@@ -52,11 +52,19 @@ cudaError_t launch_ws_config(const Problem& prob, const AttnProblem& pr, cudaStr
     params.order.cu_q = pr.cu_seqlens_q;
     params.order.rows_q = int(pr.varlen() ? pr.total_q : pr.seqlen_q);
     params.order.balanced = heuristics::varlen_balanced_order();
-    // The FP8 packed calls carry a zeroed tile counter in their workspace: the dynamic order for the
-    // kernels that have it, unless folded (two tiles per draw; the static fold balances those).
+    // Packed calls with a tile counter take the dynamic order in the kernels that have it, unless
+    // folded (two tiles per draw; the static fold balances those). The FP8 calls keep the counter
+    // after V^T in their workspace, zeroed by the V^T pass; the 16-bit ones get it from
+    // forward_varlen's workspace (pr.tile_counter) and zero it here, on the stream.
     if constexpr (K::kDynamicOrder) {
-      if (pr.varlen() && !params.order.fold && heuristics::varlen_dynamic_order())
-        params.order.counter = fp8::varlen_tile_counter(prob.vt, pr.heads_kv, pr.head_dim, pr.total_k, pr.batch);
+      if (pr.varlen() && !params.order.fold && heuristics::varlen_dynamic_order()) {
+        if constexpr (Cfg::kFp8) {
+          params.order.counter = fp8::varlen_tile_counter(prob.vt, pr.heads_kv, pr.head_dim, pr.total_k, pr.batch);
+        } else if (pr.tile_counter != nullptr) {
+          if (cudaError_t e = cudaMemsetAsync(pr.tile_counter, 0, sizeof(int), stream); e != cudaSuccess) return e;
+          params.order.counter = pr.tile_counter;
+        }
+      }
     }
   }
 

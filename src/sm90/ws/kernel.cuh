@@ -27,10 +27,13 @@ struct FwdWsKernel {
   using Mainloop = FwdMainloop<Cfg>;
   using Epilogue = FwdEpilogue<Cfg, Mainloop>;
   static_assert(!Cfg::kVarlen || Cfg::kPersistent, "varlen tiles are found by the persistent CTAs themselves");
-  // The packed FP8 kernels whose tiles are not folded by default (heuristics::causal_fold_order
-  // folds 128-row tiles): the only ones that may draw tiles from a counter. The others carry none
-  // of that code, which cost the d128/d256 FP8 varlen kernels 20-80 more bytes of spills.
-  static constexpr bool kDynamicOrder = Cfg::kVarlen && Cfg::kFp8 && Cfg::kBlockM != 128;
+  // The packed kernels that may draw tiles from a counter: those whose tiles are not folded by
+  // default (heuristics::causal_fold_order folds 128-row tiles), i.e. d64's 192-row tiles, FP8,
+  // or 16-bit and causal, without a run-time window or softcap. The others carry none of that
+  // code: it cost the d128/d256 FP8 varlen kernels 20-80 more bytes of spills, and the 16-bit d64
+  // non-causal one 4 LDL/STL per key block, which lost more (uniform mix +10%) than the order won.
+  static constexpr bool kDynamicOrder =
+      Cfg::kVarlen && Cfg::kBlockM != 128 && !Cfg::kLocal && (Cfg::kFp8 || Cfg::kCausalMask);
   using Scheduler =
       std::conditional_t<Cfg::kVarlen, VarlenTileScheduler<Cfg::kCausalMask, Cfg::kBlockM, kDynamicOrder>,
                          StaticTileScheduler<Cfg::kCausalMask, Cfg::kPersistent, Cfg::kSnake>>;
@@ -85,7 +88,6 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
     cutlass::arch::warpgroup_reg_dealloc<Cfg::kProducerRegs>();
     if (cutlass::canonical_warp_idx_sync() % 4 != 0) return;
     typename K::Scheduler sched{params.order};
-    if constexpr (K::kDynamicOrder) sched.attach(&ss.tile_slot, true);
     // elect.sync picks lane 0 (the warp is converged at every call), the thread named is_leader
     // above; electing rather than testing the lane id keeps TMA operands in uniform registers,
     // and re-electing at each use keeps the predicate out of the 24-register producer budget.
@@ -102,7 +104,7 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
     // memory), so no warpgroup can run ahead through them and arrive twice on one barrier phase.
     bool pending = false;
     int k = 0;
-    for (int idx = sched.first(); sched.valid(idx); idx = sched.next(k), ++k) {
+    for (int idx = sched.first(); sched.valid(idx); idx = sched.template next<true>(k, &ss.tile_slot), ++k) {
       // Varlen: the tile and its key-block range are warp-uniform but computed from per-lane
       // loads, so the compiler keeps them, the key loop's counter and its stage in vector
       // registers, with one more divergence region per key block. redux.sync moves them to
@@ -152,14 +154,13 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
     }
     // Take the consumers' release of the last Q, so no arrival is left pending at exit.
     if (pending) cutlass::arch::NamedBarrier::sync(Cfg::kNumMmaThreads + 32, barrier_id(FwdBarrier::kQueryEmpty));
-    if constexpr (K::kDynamicOrder) sched.drain();
+    if constexpr (K::kDynamicOrder) sched.drain(k, &ss.tile_slot);
     // Keep the producer alive until the consumers have released every stage it filled.
     if (cute::elect_one_sync()) pipe_k.producer_tail(st_k);
     __syncwarp();
   } else {
     cutlass::arch::warpgroup_reg_alloc<Cfg::kConsumerRegs>();
     typename K::Scheduler sched{params.order};
-    if constexpr (K::kDynamicOrder) sched.attach(&ss.tile_slot, false);
     const int thread_idx = threadIdx.x - 128;
     const int wg = thread_idx / 128;
     typename Mainloop::TiledMmaPV mma_pv;
@@ -170,7 +171,7 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
       if (wg == Cfg::kNumConsumerWG - 1) cutlass::arch::NamedBarrier::arrive(256, barrier_id(FwdBarrier::kGemmTurnWG0, 0));
     }
     int k = 0;
-    for (int idx = sched.first(); sched.valid(idx); idx = sched.next(k), ++k) {
+    for (int idx = sched.first(); sched.valid(idx); idx = sched.template next<false>(k, &ss.tile_slot), ++k) {
       WorkTile t = sched.tile(idx);
       if constexpr (Cfg::kVarlen) t = WorkTile{warp_uniform(t.m_block), warp_uniform(t.head), warp_uniform(t.batch)};
       if (t.m_block < 0) continue;  // the empty half of a folded unit (tile_scheduler.hpp)

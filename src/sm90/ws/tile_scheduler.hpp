@@ -80,6 +80,16 @@ struct TileOrder {
   }
 };
 
+// The shared-memory handoff of a dynamically drawn work index from the producer warp, which draws
+// it, to the consumer warps: one slot, `full` (1 arrival: the producer wrote it) and `empty` (one
+// arrival per consumer warp: they have read it). One slot suffices: the producer cannot publish
+// index w + 1 before the consumers have read index w, and it publishes w + 1 only after issuing
+// tile w's loads, so the wait costs the consumers nothing while the producer runs ahead.
+struct TileSlot {
+  uint64_t full, empty;  // ClusterBarrier storage
+  int idx;
+};
+
 // Static scheduler: CTA b takes tiles b, b + G, ... (persistent, G = gridDim.x) or just tile b.
 // With kSnake (and order.snake) the round-robin reverses every round: round r gives CTA b the tile
 // r*G + b for even r, r*G + G-1-b for odd r, so a CTA that drew a round's longest causal tile draws
@@ -93,7 +103,12 @@ struct StaticTileScheduler {
   __device__ int first() const { return index_of(0); }
   __device__ bool valid(int idx) const { return idx < order.num_indices(); }
   __device__ WorkTile tile(int idx) const { return order.tile(idx); }
-  __device__ int next(int k) const { return index_of(k + 1); }
+  // The index after the CTA's k-th item; the role and the slot are the dynamic order's (the varlen
+  // scheduler's), unused here.
+  template <bool kProducer = false>
+  __device__ int next(int k, TileSlot* = nullptr) const {
+    return index_of(k + 1);
+  }
 
   // One CTA per tile, or one per SM (never more CTAs than work items: tiles, or folded units).
   static int grid_size(const TileOrder<kCausal>& o, int num_sms) {
@@ -108,16 +123,6 @@ struct StaticTileScheduler {
     return round_robin_index<kCausal>(r, static_cast<int>(gridDim.x), static_cast<int>(blockIdx.x), order.fold,
                                       kSnake && order.snake);
   }
-};
-
-// The shared-memory handoff of a dynamically drawn work index from the producer warp, which draws
-// it, to the consumer warps: one slot, `full` (1 arrival: the producer wrote it) and `empty` (one
-// arrival per consumer warp: they have read it). One slot suffices: the producer cannot publish
-// index w + 1 before the consumers have read index w, and it publishes w + 1 only after issuing
-// tile w's loads, so the wait costs the consumers nothing while the producer runs ahead.
-struct TileSlot {
-  uint64_t full, empty;  // ClusterBarrier storage
-  int idx;
 };
 
 // Varlen (packed) batches: only real tiles, numbered consecutively sequence by sequence, so that the
@@ -143,53 +148,56 @@ struct VarlenTileScheduler {
   int seq = 0;               // the sequence the last lookup stopped at
   int seq_base = 0;          // its first work index
   WorkTile cur{};            // the last lookup's tile
-  TileSlot* slot = nullptr;  // dynamic order: the handoff (attach)
-  bool producer = false;
-  uint32_t phase = 0;        // of the slot barrier this role waits on next
-  int published = 0;         // producer: indices handed over
 
   // Init of the slot's barriers, by one thread before the CTA-wide sync that precedes any use.
   __device__ static void init_slot(TileSlot* s, int consumer_warps) {
     cutlass::arch::ClusterBarrier::init(&s->full, 1);
     cutlass::arch::ClusterBarrier::init(&s->empty, consumer_warps);
   }
-  __device__ void attach(TileSlot* s, bool is_producer) {
-    slot = s;
-    producer = is_producer;
-  }
+
   __device__ bool dynamic() const { return kDynamic && order.counter != nullptr; }
 
   __device__ int first() const { return index_of(0); }
-  __device__ int next(int k) {
+  // The index after the CTA's k-th tile (k from 0), in the role kProducer (the producer warp) or
+  // not (a consumer warp). Dynamic order: the producer draws it and hands it over through `slot`.
+  // The k-th handoff fills `full` for the k-th time and the consumers' read of it completes
+  // `empty`'s k-th phase, so every barrier phase is k's parity: no state is kept across tiles
+  // beyond the loop's own k. (Holding a slot pointer, the role and two counters through the tile
+  // loop cost ptxas 20-24 more bytes of spill stores in the 16-bit d64 kernels and 4-8 in the FP8
+  // d64 ones, which now have none.)
+  template <bool kProducer>
+  __device__ int next(int k, TileSlot* slot) const {
     if (!dynamic()) return index_of(k + 1);
-    const int lane = static_cast<int>(threadIdx.x % 32);
-    if (producer) {
+    const uint32_t parity = static_cast<uint32_t>(k) & 1u;
+    if constexpr (kProducer) {
+      const int lane = static_cast<int>(threadIdx.x % 32);
       int drawn = 0;
       if (lane == 0) drawn = atomicAdd(order.counter, 1);
       const int idx = static_cast<int>(gridDim.x) + warp_sum(lane == 0 ? drawn : 0);
-      if (published > 0) {  // the consumers have read the previous index
-        cutlass::arch::ClusterBarrier::wait(&slot->empty, phase);
-        phase ^= 1u;
-      }
+      // The consumers have read the previous index (handoff k - 1: empty's phase k - 1).
+      if (k > 0) cutlass::arch::ClusterBarrier::wait(&slot->empty, parity ^ 1u);
       if (lane == 0) {
         slot->idx = idx;
         cutlass::arch::ClusterBarrier::arrive(&slot->full);  // release: the store above first
       }
       __syncwarp();
-      ++published;
+      return idx;
+    } else {
+      // Only lane 0 reads the slot, and it is the lane that arrives on `empty`: an arrive releases
+      // the arriving thread's own accesses, so a read by another lane would be unordered with the
+      // producer's next write (compute-sanitizer's racecheck reported exactly that when every lane
+      // read it). redux.sync hands the value to the other lanes, in a uniform register.
+      cutlass::arch::ClusterBarrier::wait(&slot->full, parity);
+      const bool leader = threadIdx.x % 32 == 0;
+      const int idx = warp_sum(leader ? *static_cast<volatile int*>(&slot->idx) : 0);
+      if (leader) cutlass::arch::ClusterBarrier::arrive(&slot->empty);
       return idx;
     }
-    cutlass::arch::ClusterBarrier::wait(&slot->full, phase);
-    phase ^= 1u;
-    const int idx = warp_uniform(*static_cast<volatile int*>(&slot->idx));
-    __syncwarp();
-    if (lane == 0) cutlass::arch::ClusterBarrier::arrive(&slot->empty);
-    return idx;
   }
-  // Producer, after its loop: take the consumers' read of the last index (the one past the end),
-  // so that no arrival is pending when the CTA exits.
-  __device__ void drain() {
-    if (dynamic() && producer && published > 0) cutlass::arch::ClusterBarrier::wait(&slot->empty, phase);
+  // Producer, after its loop of k tiles: take the consumers' read of the last index (the one past
+  // the end, handoff k - 1), so that no arrival is pending when the CTA exits.
+  __device__ void drain(int k, TileSlot* slot) const {
+    if (dynamic() && k > 0) cutlass::arch::ClusterBarrier::wait(&slot->empty, (static_cast<uint32_t>(k) & 1u) ^ 1u);
   }
   __device__ WorkTile tile(int) const { return cur; }
   static int grid_size(const TileOrder<kCausal>& o, int num_sms) {
