@@ -6,13 +6,29 @@ namespace hopattn::heuristics {
 
 BwdTuning& bwd_tuning() {
   static BwdTuning t{env_override("HOPATTN_BWD_KEY_BLOCKS_INNER"), env_override("HOPATTN_BWD_DQ_FIRST_STORE"),
-                     env_override("HOPATTN_BWD_PDL")};
+                     env_override("HOPATTN_BWD_PDL"), env_override("HOPATTN_BWD_SECTION_HEADS")};
   return t;
 }
 
 // Measured (docs/perf-notes.md, backward v3 and v5): d128 causal 1k / 2k / 4k 256 / 362 / 457 TFLOP/s
 // against 208 / 272 / 424 longest-first across heads; d64 and d256 favour it at every length too.
 bool bwd_causal_key_blocks_inner() { return forced_or(bwd_tuning().key_blocks_inner, true); }
+
+// Sections (docs/perf-notes.md, backward v13): longest first inside a group of heads whose Q, dO and
+// dQ accumulator fit in L2. The 40 MiB budget leaves room in the 50 MB L2 for the resident CTAs' K
+// and V and for the lse and D rows.
+int bwd_causal_section_heads(long long bytes_per_head, int heads) {
+  if (heads < 1) return 1;
+  if (!bwd_causal_key_blocks_inner()) return heads;
+  const int forced = bwd_tuning().section_heads;
+  if (forced >= 1) return forced < heads ? forced : heads;
+  constexpr long long kL2Budget = 40ll << 20;
+  const long long fit = bytes_per_head > 0 ? kL2Budget / bytes_per_head : heads;
+  if (fit >= heads) return heads;
+  int section = 1;
+  while (section * 2LL <= fit) section *= 2;
+  return section;
+}
 
 // Measured (docs/perf-notes.md, backward v11): the preprocess no longer writes the accumulator.
 bool bwd_dq_first_store() { return forced_or(bwd_tuning().dq_first_store, true); }

@@ -10,12 +10,20 @@ struct BwdTuning {
   int key_blocks_inner = -1;  // HOPATTN_BWD_KEY_BLOCKS_INNER=0/1
   int dq_first_store = -1;    // HOPATTN_BWD_DQ_FIRST_STORE=0/1
   int pdl = -1;               // HOPATTN_BWD_PDL=0/1
+  int section_heads = -1;     // HOPATTN_BWD_SECTION_HEADS=N (N >= 1 heads per launch section)
 };
 BwdTuning& bwd_tuning();
 
 // Causal: whether the key blocks of one head are launched side by side (L2 locality of that head's
 // Q, dO and dQ accumulator) rather than longest-first across heads.
 bool bwd_causal_key_blocks_inner();
+
+// Causal fixed-length problems: how many (batch, kv head) pairs form one launch section
+// (sm90/bwd/launch_order.hpp), given the bytes one of them streams (Q, dO and the dQ accumulator of
+// its query heads) and their number. As many as fit in an L2 budget, rounded down to a power of
+// two, at least 1 and at most `heads`. key_blocks_inner = 0 forces `heads` (longest first across the
+// whole problem), HOPATTN_BWD_SECTION_HEADS=N forces N (1 = the key blocks of one head side by side).
+int bwd_causal_section_heads(long long bytes_per_head, int heads);
 
 // Head_dim 64 and 128: whether the dQ accumulator is left unzeroed and each tile's first partial
 // stored (sm90/bwd/workspace.hpp, dq_first_store). 0 forces the zeroed accumulator.

@@ -3,10 +3,14 @@
 #include <gtest/gtest.h>
 
 #include <initializer_list>
+#include <set>
+#include <string>
+#include <utility>
 
 #include "api/bwd_heuristics.hpp"
 #include "api/heuristics.hpp"
 #include "api/varlen_heuristics.hpp"
+#include "sm90/bwd/launch_order.hpp"
 
 namespace hopattn::heuristics {
 namespace {
@@ -97,6 +101,60 @@ TEST(Heuristics, BackwardSwitchesDefaultOnAndOverride) {
     t.*s.field = 1;
     EXPECT_TRUE(s.value()) << s.name;
     t = saved;
+  }
+}
+
+// Causal backward launch sections: as many heads as fit in the 40 MiB budget, rounded down to a
+// power of two, all of them when they fit, at least one; both overrides win.
+TEST(Heuristics, BackwardCausalSectionsFitTheL2Budget) {
+  BwdTuning& t = bwd_tuning();
+  const BwdTuning saved = t;
+  t = BwdTuning{};
+  const long long d128 = 128 * 8;  // bytes per query row at d128: Q and dO in bf16, dQ in fp32
+  EXPECT_EQ(bwd_causal_section_heads(2048 * d128, 128), 16);       // 2 MiB a head: 20 fit -> 16
+  EXPECT_EQ(bwd_causal_section_heads(16384 * d128, 16), 2);        // 16 MiB: 2
+  EXPECT_EQ(bwd_causal_section_heads(16384 * 2 * d128, 8), 1);     // 32 MiB: 1
+  EXPECT_EQ(bwd_causal_section_heads(4 * 16384 * 2 * d128, 8), 1); // bigger than the budget: still 1
+  EXPECT_EQ(bwd_causal_section_heads(2048 * d128, 6), 6);          // all fit: one section
+  EXPECT_EQ(bwd_causal_section_heads(2048 * d128, 20), 20);
+  EXPECT_EQ(bwd_causal_section_heads(2048 * d128, 21), 16);
+  EXPECT_EQ(bwd_causal_section_heads(0, 7), 7);
+  t.section_heads = 3;
+  EXPECT_EQ(bwd_causal_section_heads(2048 * d128, 128), 3);
+  EXPECT_EQ(bwd_causal_section_heads(2048 * d128, 2), 2);
+  t.key_blocks_inner = 0;  // longest first across every head, whatever the section override
+  EXPECT_EQ(bwd_causal_section_heads(2048 * d128, 128), 128);
+  t = saved;
+}
+
+// The launch order visits every (key block, head) once; section 1 is the key blocks of one head side
+// by side, section = heads is key block 0 of every head first; inside a section the key block never
+// decreases and the sections follow each other.
+TEST(Heuristics, BackwardLaunchOrderIsAPermutationBySection) {
+  using sm90::bwd::bwd_launch_unit;
+  for (int n_blocks : {1, 2, 5, 16}) {
+    for (int heads : {1, 3, 6, 8, 13}) {
+      for (int section : {1, 2, 4, 5, 6, 8, 13}) {
+        if (section > heads) continue;
+        std::set<std::pair<int, int>> seen;
+        int prev_section = 0, prev_n = 0;
+        for (int idx = 0; idx < n_blocks * heads; ++idx) {
+          const auto u = bwd_launch_unit(idx, n_blocks, heads, section);
+          const std::string at = "n_blocks " + std::to_string(n_blocks) + " heads " + std::to_string(heads) +
+                                 " section " + std::to_string(section) + " idx " + std::to_string(idx);
+          ASSERT_TRUE(u.n_block >= 0 && u.n_block < n_blocks && u.head_batch >= 0 && u.head_batch < heads) << at;
+          EXPECT_TRUE(seen.insert({u.n_block, u.head_batch}).second) << at << ": visited twice";
+          const int sec = u.head_batch / section;
+          EXPECT_GE(sec, prev_section) << at;
+          if (sec == prev_section) EXPECT_GE(u.n_block, prev_n) << at;
+          prev_section = sec;
+          prev_n = u.n_block;
+          if (section == 1) EXPECT_TRUE(u.n_block == idx % n_blocks && u.head_batch == idx / n_blocks) << at;
+          if (section == heads) EXPECT_TRUE(u.n_block == idx / heads && u.head_batch == idx % heads) << at;
+        }
+        EXPECT_EQ(int(seen.size()), n_blocks * heads);
+      }
+    }
   }
 }
 

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "../common/test_util.hpp"
+#include "api/bwd_heuristics.hpp"
 #include "api/instantiations.hpp"
 #include "hopattn/hopattn.hpp"
 
@@ -701,34 +702,55 @@ TEST(BackwardDeterminism, NonDeterministicDkDvBitwiseDqClose) {
 
 // One mid-size causal GQA shape, 20 runs with deterministic = false on the same (stale, never
 // re-poisoned) workspace: dk/dv bitwise identical to run 0 every time, every run within the bound.
+// One case ready for the backward: inputs uploaded, the forward run, the fp64 reference computed.
+struct PreparedCase {
+  std::string name;
+  Views w;
+  RefGrads ref;
+  BackwardArgs args;
+};
+PreparedCase prepare(const BwdCase& c) {
+  PreparedCase p{case_name(c), make_views(c), {}, {}};
+  const HostData h = make_inputs(c, seed_of(p.name));
+  upload_inputs(p.w, h, c.dtype);
+  const Result fr = run_forward(p.w, c);
+  if (!fr.ok()) throw std::runtime_error(p.name + ": forward: " + fr.message);
+  p.ref = reference(c, h);
+  p.args = backward_args(p.w, c);
+  return p;
+}
+
+// The dtype with built kernels at head dim d (bf16, else fp16), if any.
+std::optional<DType> built_dtype(int d) {
+  for (DType t : {DType::kBF16, DType::kFP16})
+    if (kernels_built(t, d)) return t;
+  return std::nullopt;
+}
+
 TEST(BackwardRepeat, CausalGqaTwentyRunsStable) {
   if (!has_sm90()) GTEST_SKIP() << "no sm_90 device";
   bool ran = false;
   for (int d : {64, 128, 256}) {
-    const DType t = kernels_built(DType::kBF16, d) ? DType::kBF16 : DType::kFP16;
-    if (!kernels_built(t, d)) continue;
+    const std::optional<DType> t = built_dtype(d);
+    if (!t) continue;
     ran = true;
-    const BwdCase c{t, d, true, 555, 555, 8, 2, 2, false};
-    const std::string name = case_name(c);
-    Views w = make_views(c);
-    const HostData h = make_inputs(c, seed_of(name));
-    upload_inputs(w, h, t);
-    const Result fr = run_forward(w, c);
-    ASSERT_TRUE(fr.ok()) << name << ": forward: " << fr.message;
-    const RefGrads ref = reference(c, h);
-    const BackwardArgs a = backward_args(w, c);
+    PreparedCase p = prepare(BwdCase{*t, d, true, 555, 555, 8, 2, 2, false});
+    const std::string& name = p.name;
+    const RefGrads& ref = p.ref;
+    Views& w = p.w;
+    const BackwardArgs& a = p.args;
     DeviceBuffer ws;
     Grads first;
     for (int run = 0; run < 20; ++run) {
       Grads g;
       const Result r = run_backward(w, a, &ws, &g, /*keep_workspace=*/run > 0);
       ASSERT_TRUE(r.ok()) << name << ": backward: " << r.message;
-      if (!check_grads(name + " run " + std::to_string(run), t, g, ref)) break;
+      if (!check_grads(name + " run " + std::to_string(run), *t, g, ref)) break;
       if (run == 0) {
         first = std::move(g);
         continue;
       }
-      const size_t dk_diff = count_differences(g.dk, first.dk, t), dv_diff = count_differences(g.dv, first.dv, t);
+      const size_t dk_diff = count_differences(g.dk, first.dk, *t), dv_diff = count_differences(g.dv, first.dv, *t);
       if (dk_diff != 0 || dv_diff != 0) {
         ADD_FAILURE() << name << ": run " << run << " differs from run 0 in " << dk_diff << " dk and " << dv_diff
                       << " dv elements";
@@ -736,6 +758,42 @@ TEST(BackwardRepeat, CausalGqaTwentyRunsStable) {
       }
     }
   }
+  if (!ran) GTEST_SKIP() << "not built: " << build_instantiations();
+}
+
+// Causal launch sections (sm90/bwd/launch_order.hpp): the order in which the key blocks run must not
+// change what they compute. Six (batch, kv head) pairs in sections of 1 (the key blocks of one head
+// side by side), 4 (a short last section of 2) and 6 (longest first across all): every run matches
+// the reference, and dk and dv (summed per CTA in registers) are bitwise those of section 1.
+TEST(BackwardLaunchOrder, CausalSectionsMatchReferenceAndEachOther) {
+  if (!has_sm90()) GTEST_SKIP() << "no sm_90 device";
+  bool ran = false;
+  heuristics::BwdTuning& tuning = heuristics::bwd_tuning();
+  const heuristics::BwdTuning saved = tuning;
+  for (int d : {64, 128, 256}) {
+    const std::optional<DType> t = built_dtype(d);
+    if (!t) continue;
+    ran = true;
+    PreparedCase p = prepare(BwdCase{*t, d, true, 700, 900, 8, 2, 3, false});
+    DeviceBuffer ws;
+    Grads first;
+    for (int section : {1, 4, 6}) {
+      tuning.section_heads = section;
+      Grads g;
+      const Result r = run_backward(p.w, p.args, &ws, &g);
+      tuning = saved;
+      const std::string what = p.name + " section " + std::to_string(section);
+      ASSERT_TRUE(r.ok()) << what << ": backward: " << r.message;
+      if (!check_grads(what, *t, g, p.ref)) break;
+      if (section == 1) {
+        first = std::move(g);
+        continue;
+      }
+      EXPECT_EQ(count_differences(g.dk, first.dk, *t), 0u) << what << ": dk differs from section 1";
+      EXPECT_EQ(count_differences(g.dv, first.dv, *t), 0u) << what << ": dv differs from section 1";
+    }
+  }
+  tuning = saved;
   if (!ran) GTEST_SKIP() << "not built: " << build_instantiations();
 }
 

@@ -26,6 +26,18 @@ namespace bwd {
 // The preprocess, main kernel and postprocess must agree on it (one call, one answer).
 inline bool use_dq_first_store(int head_dim) { return dq_first_store(head_dim) && heuristics::bwd_dq_first_store(); }
 
+// Heads per launch section (launch_order.hpp). Only plain causal fixed-length runs have units of
+// different lengths to order; windowed, packed and deterministic runs keep the key blocks of one
+// head side by side (deterministic causal ones rely on that order: BwdKernel::dq_turn).
+template <class Cfg>
+int section_heads(const AttnBackwardProblem& bp, bool deterministic) {
+  const AttnProblem& p = bp.fwd;
+  if (!Cfg::kCausal || Cfg::kLocal || deterministic || p.varlen()) return 1;
+  // What one (batch, kv head) streams: Q and dO of its query heads, and their fp32 dQ accumulator.
+  const long long bytes = p.group() * p.seqlen_q * Cfg::kHeadDim * (2 * sizeof(typename Cfg::Element) + 4);
+  return heuristics::bwd_causal_section_heads(bytes, int(p.heads_kv * p.batch));
+}
+
 template <DType kDType, int kHeadDim, bool kCausal, bool kLocal = false, bool kSoftcap = false, int kQueryStep = 0>
 cudaError_t launch_main(const AttnBackwardProblem& bp, const WorkspaceLayout& w, char* ws, cudaStream_t stream) {
   using Cfg = BwdConfig<kDType, kHeadDim, kCausal, kLocal, kSoftcap, kQueryStep>;
@@ -46,7 +58,7 @@ cudaError_t launch_main(const AttnBackwardProblem& bp, const WorkspaceLayout& w,
   params.scale = p.scale;
   params.n_blocks = int((p.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN);
   params.deterministic = bp.deterministic;
-  params.key_blocks_inner = !kCausal || heuristics::bwd_causal_key_blocks_inner();
+  params.section_heads = section_heads<Cfg>(bp, params.deterministic);
   params.dq_first_store = use_dq_first_store(kHeadDim);
   const int64_t grid = int64_t(params.n_blocks) * p.heads_kv * p.batch;
   if (grid > INT_MAX) return cudaErrorInvalidConfiguration;

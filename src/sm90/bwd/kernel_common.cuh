@@ -11,6 +11,7 @@
 
 #include <cmath>
 
+#include "sm90/bwd/launch_order.hpp"
 #include "sm90/bwd/mainloop.cuh"
 #include "sm90/ws/fragment_layout.cuh"
 #include "sm90/ws/softmax.cuh"  // fast_exp2
@@ -34,31 +35,22 @@ struct BwdKernel {
     float scale;
     int n_blocks;
     bool deterministic;
-    bool key_blocks_inner;
+    int section_heads;  // heads per launch section (launch_order.hpp); 1 for all but plain causal
     bool dq_first_store;  // the accumulator is not zeroed: each tile's first partial is stored (workspace.hpp)
   };
 
   struct Block {
     int n_block, kv_head, batch;
   };
-  // key_blocks_inner: the key blocks of one (batch, kv head) run side by side, sharing that head's
-  // Q, dO and dQ accumulator through L2. Otherwise (causal only) key block 0, which sees the most
-  // query blocks, goes first across all heads: longest first, but every resident CTA streams a
-  // different head's Q and dO.
-  // Deterministic causal runs launch the key blocks of a head in decreasing order (see dq_turn).
+  // The launch order (launch_order.hpp): sections of p.section_heads heads, key block 0 of each
+  // first. Deterministic causal runs launch the key blocks of a head in decreasing order (see
+  // dq_turn); the launcher gives them sections of one head.
   __device__ static Block block(const Params& p) {
-    const int idx = int(blockIdx.x);
     const int heads_kv = p.mainloop.heads_kv;
-    const bool reverse = Cfg::kCausal && p.deterministic;
-    Block b;
-    if (!p.key_blocks_inner) {
-      const int per_n = heads_kv * p.mainloop.batch;
-      b = {idx / per_n, idx % heads_kv, (idx % per_n) / heads_kv};
-    } else {
-      const int rest = idx / p.n_blocks;
-      b = {idx % p.n_blocks, rest % heads_kv, rest / heads_kv};
-    }
-    if (reverse) b.n_block = p.n_blocks - 1 - b.n_block;
+    const BwdLaunchUnit u =
+        bwd_launch_unit(int(blockIdx.x), p.n_blocks, heads_kv * p.mainloop.batch, p.section_heads);
+    Block b{u.n_block, u.head_batch % heads_kv, u.head_batch / heads_kv};
+    if (Cfg::kCausal && p.deterministic) b.n_block = p.n_blocks - 1 - b.n_block;
     return b;
   }
 
