@@ -284,3 +284,21 @@ def test_flushed_call_times_flushes_before_every_call():
     times = compare.flushed_call_times(FakeTorch(), lambda: log.append("call"), 3, Flush())
     assert log == ["flush", "call"] * 3 + ["sync"]
     assert times == [1.0, 1.0, 1.0]  # the events bracket the call alone, not the flush
+
+
+def test_bwd_launch_model_order_and_prediction():
+    # bench/bwd_launch_model.py mirrors sm90/bwd/launch_order.hpp: every (key block, head) once, in
+    # sections; section 1 and section = heads are the two older orders. Its prediction for d128 causal
+    # (perf-notes, backward v13): the per-head order wastes over 5% at 1k-8k, the L2 sections under 2%.
+    import bwd_launch_model as m
+
+    for n_blocks, heads, section in [(5, 6, 4), (16, 13, 8), (3, 7, 7), (4, 5, 1)]:
+        units = [m.launch_unit(i, n_blocks, heads, section) for i in range(n_blocks * heads)]
+        assert sorted(units) == [(n, h) for n in range(n_blocks) for h in range(heads)]
+    assert [m.launch_unit(i, 3, 2, 1) for i in range(6)] == [(0, 0), (1, 0), (2, 0), (0, 1), (1, 1), (2, 1)]
+    assert [m.launch_unit(i, 3, 2, 2) for i in range(6)] == [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1)]
+    assert m.l2_section(2048 * 128 * 8, 128) == 16
+    for s in (1024, 2048, 4096, 8192):
+        sec = m.l2_section(s * 128 * 8, 16384 // s * 16)
+        assert m.efficiency(s, 128, 1, 132, 2.4, 5.0) < 0.95
+        assert m.efficiency(s, 128, sec, 132, 2.4, 5.0) > 0.98
