@@ -144,7 +144,8 @@ Result backward(const BackwardArgs& args, void* workspace, std::size_t workspace
   if (f.seqlen_k == 0) return zero_fill_device("dq", args.dq, stream);  // no key: out = 0 for every row
 
   const std::size_t needed = kernel_workspace_bytes(f);
-  if (Result r = detail::check_workspace(workspace, workspace_bytes, needed, "backward_workspace_size"); !r.ok()) return r;
+  if (Result r = detail::check_workspace(workspace, workspace_bytes, needed, "backward_workspace_size"); !r.ok())
+    return r;
   const BwdKernelEntry* kernel = find_backward_kernel(f.dtype, static_cast<int>(f.head_dim));
   const cudaError_t e = kernel->launch(p, workspace, stream);
   return e == cudaSuccess ? Result{} : cuda_error("sm90 backward launch", e);
@@ -270,7 +271,8 @@ Result backward_varlen(const VarlenBackwardArgs& args, void* workspace, std::siz
   }
   if (vp.total_k == 0 || vp.max_seqlen_k == 0) return zero_fill_device("dq", args.dq, stream);
   const std::size_t needed = kernel_workspace_bytes(p.fwd);
-  if (Result r = detail::check_workspace(workspace, workspace_bytes, needed, "backward_varlen_workspace_size"); !r.ok()) return r;
+  if (Result r = detail::check_workspace(workspace, workspace_bytes, needed, "backward_varlen_workspace_size"); !r.ok())
+    return r;
   const BwdKernelEntry* kernel = find_backward_kernel(p.fwd.dtype, static_cast<int>(p.fwd.head_dim));
   const cudaError_t e = kernel->launch(p, workspace, stream);
   return e == cudaSuccess ? Result{} : cuda_error("sm90 varlen backward launch", e);

@@ -35,7 +35,7 @@ inline Result check_workspace(const void* workspace, std::size_t bytes, std::siz
     return Result{Status::kInvalidArgument, "workspace_bytes=" + std::to_string(bytes) + " but " +
                                                 std::to_string(needed) + " bytes are needed (" + size_fn + ")"};
   if (reinterpret_cast<uintptr_t>(workspace) % kWorkspaceAlign != 0)
-    return Result{Status::kInvalidArgument, "workspace is not 256-byte aligned"};
+    return Result{Status::kInvalidArgument, "workspace is not " + std::to_string(kWorkspaceAlign) + "-byte aligned"};
   return {};
 }
 
