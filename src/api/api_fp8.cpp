@@ -8,6 +8,7 @@
 #include <string>
 
 #include "api/device.hpp"
+#include "api/heuristics.hpp"
 #include "api/fp8_varlen.hpp"
 #include "api/index_checks.hpp"
 #include "api/instantiations.hpp"
@@ -71,13 +72,17 @@ QuantOptions quant_options(const Args& a) {
 struct AttentionFp8Workspace {
   std::size_t q8 = 0, k8 = 0, vt = 0, q_descale = 0, k_descale = 0, v_descale = 0, v8 = 0, counter = 0, total = 0;
   int64_t nq = 1, nk = 1;  // descale blocks per (batch entry or sequence, head)
+  int key_tile = 0;        // Fp8AttnProblem::key_tile; with block_quant K's descale blocks are its rows
 };
 
 AttentionFp8Workspace plan_workspace(const AttnProblem& p, const QuantOptions& o) {
   AttentionFp8Workspace w;
   if (!runs_kernel(p)) return w;
+  w.key_tile = heuristics::fp8_key_tile(p.head_dim, p.varlen());
+  static_assert(sm90::fp8::kWideKeyBlock == 224, "heuristics::fp8_key_tile names the wide tile as 224");
+  const int64_t k_block = w.key_tile != 0 ? w.key_tile : kFp8BlockRows;
   w.nq = o.block_quant ? fp8_blocks(p.seqlen_q) : 1;
-  w.nk = o.block_quant ? fp8_blocks(p.seqlen_k) : 1;
+  w.nk = o.block_quant ? (p.seqlen_k + k_block - 1) / k_block : 1;
   std::size_t at = 0;
   auto take = [&](std::size_t bytes) {
     const std::size_t offset = at;
@@ -174,6 +179,7 @@ Fp8AttnProblem quantised_problem(const AttnProblem& p, const QuantOptions& o, co
   }
   prob.v_descale_stride[0] = p.heads_kv;
   prob.v_descale_stride[1] = 1;
+  prob.key_tile = w.key_tile;
   prob.unrotate_o = o.rotate_v;
   prob.o_rotation_seed = o.seed;
   return prob;
@@ -192,7 +198,7 @@ Result run_attention_fp8(const AttnProblem& p, const QuantOptions& o, void* work
   // Q and K: rotated (incoherent) and quantised into contiguous e4m3 copies.
   auto quantize = [&](const void* in, const int64_t (&in_stride)[3], int64_t seqlen, int64_t heads,
                       const int32_t* cu_seqlens, int64_t total_rows, std::size_t out_at, std::size_t descale_at,
-                      bool block_quant, const char* what) -> Result {
+                      bool block_quant, int block_rows, const char* what) -> Result {
     sm90::fp8::QuantizeRowsProblem q;
     q.in = in;
     q.in_dtype = p.dtype;
@@ -209,19 +215,21 @@ Result run_attention_fp8(const AttnProblem& p, const QuantOptions& o, void* work
     q.seed = o.seed;
     q.cu_seqlens = cu_seqlens;
     q.total_rows = total_rows;
+    q.block_rows = block_rows;
     const cudaError_t e = sm90::fp8::quantize_rows(q, stream);
     return e == cudaSuccess ? Result{} : cuda_error(what, e);
   };
   if (Result r = quantize(p.q, p.q_stride, p.seqlen_q, p.heads_q, p.cu_seqlens_q, p.total_q, w.q8, w.q_descale,
-                          o.block_quant, "FP8 quantise q");
+                          o.block_quant, 0, "FP8 quantise q");
       !r.ok())
     return r;
   // A packed batch without a single key row (k may then be null): no K or V pre-pass; the kernel
   // loads no key and writes zeros and -inf.
   const bool has_keys = k_rows(p) > 0;
   if (!has_keys) return launch_attention(quantised_problem(p, o, w, ws), stream);
+  // K's descale blocks are the kernel's key tiles when they are the wide ones.
   if (Result r = quantize(p.k, p.k_stride, p.seqlen_k, p.heads_kv, p.cu_seqlens_k, p.total_k, w.k8, w.k_descale,
-                          o.block_quant, "FP8 quantise k");
+                          o.block_quant, w.key_tile, "FP8 quantise k");
       !r.ok())
     return r;
 
@@ -231,7 +239,7 @@ Result run_attention_fp8(const AttnProblem& p, const QuantOptions& o, void* work
   if (o.rotate_v) {
     // (batch, heads_kv, 1) per-head descales are the (batch, heads_kv) array the kernel reads.
     if (Result r = quantize(p.v, p.v_stride, p.seqlen_k, p.heads_kv, p.cu_seqlens_k, p.total_k, w.v8, w.v_descale,
-                            false, "FP8 rotate + quantise v");
+                            false, 0, "FP8 rotate + quantise v");
         !r.ok())
       return r;
     vt.in = ws + w.v8;

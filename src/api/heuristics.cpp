@@ -7,7 +7,7 @@ namespace hopattn::heuristics {
 
 FwdTuning& fwd_tuning() {
   static FwdTuning t{env_override("HOPATTN_WS_SNAKE"), env_override("HOPATTN_WS_FOLD"),
-                     env_override("HOPATTN_WS_VARLEN_BALANCE")};
+                     env_override("HOPATTN_WS_VARLEN_BALANCE"), env_override("HOPATTN_FP8_KEY_TILE")};
   return t;
 }
 
@@ -44,6 +44,13 @@ int& varlen_dynamic_override() {
   return forced;
 }
 bool varlen_dynamic_order() { return forced_or(varlen_dynamic_override(), true); }
+
+// Not measured yet (docs/perf-notes.md, "FP8 d128 with 224-key tiles"): 128 unless asked. FA3's FP8
+// d128 kernel takes 224 keys a tile and runs 0.85-0.90 PFLOP/s on this card against our 0.80-0.86.
+int fp8_key_tile(int64_t head_dim, bool varlen) {
+  constexpr int kWide = 224;  // sm90::fp8::kWideKeyBlock (this file stays free of kernel headers)
+  return fwd_tuning().fp8_key_tile == kWide && head_dim == 128 && !varlen ? kWide : 0;
+}
 
 // Up to 1k keys, N = 128 pads nothing at the grid's powers of two and leaves shared memory for the
 // separate O buffer (+18% at 512); up to 4k, N = 160 keeps the separate O buffer (+4% at 2k);

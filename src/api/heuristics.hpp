@@ -14,6 +14,7 @@ struct FwdTuning {
   int snake = -1;
   int fold = -1;                  // HOPATTN_WS_FOLD=0/1
   int varlen_balance = -1;        // HOPATTN_WS_VARLEN_BALANCE=0/1
+  int fp8_key_tile = -1;          // HOPATTN_FP8_KEY_TILE=128/224
 };
 FwdTuning& fwd_tuning();
 
@@ -28,6 +29,11 @@ bool causal_fold_order(int block_m);
 // Whether packed causal batches that are not folded take the balanced tile order within each
 // sequence (sm90/ws/varlen_tile_order.hpp). On unless forced off.
 bool varlen_balanced_order();
+
+// attention_fp8's key tile (Fp8AttnProblem::key_tile): 0 (128 keys, K descales per 128 rows) or
+// sm90::fp8::kWideKeyBlock (224 keys, K quantised in 224-row blocks), head_dim 128 fixed-length
+// only. HOPATTN_FP8_KEY_TILE=224 asks for the wide tile where it exists, 128 forces 0.
+int fp8_key_tile(int64_t head_dim, bool varlen);
 
 // Key tile (keys per pipeline stage) of the d128 non-causal FlashAttention-3 kernel; 0 means the
 // config's default (176).

@@ -87,7 +87,8 @@ void check_shape(size_t n, int64_t batch, int64_t seqlen, int64_t heads, int64_t
 }  // namespace
 
 QuantizedRows quantize_rows_reference(const std::vector<float>& in, int64_t batch, int64_t seqlen, int64_t heads,
-                                      int64_t head_dim, bool rotate, bool block_quant, uint32_t seed) {
+                                      int64_t head_dim, bool rotate, bool block_quant, uint32_t seed,
+                                      int64_t block_rows) {
   check_shape(in.size(), batch, seqlen, heads, head_dim, "quantize_rows_reference");
   const int64_t d = head_dim, nrows = batch * seqlen * heads;
   // The values the device quantises, in fp32.
@@ -98,7 +99,8 @@ QuantizedRows quantize_rows_reference(const std::vector<float>& in, int64_t batc
     for (size_t i = 0; i < rows.size(); ++i) val[i] = static_cast<float>(rows[i]);
   }
   QuantizedRows q;
-  const int64_t block = block_quant ? sm90::fp8::kQuantBlock : std::max<int64_t>(seqlen, 1);
+  const int64_t rows_per_block = block_rows > 0 ? block_rows : sm90::fp8::kQuantBlock;
+  const int64_t block = block_quant ? rows_per_block : std::max<int64_t>(seqlen, 1);
   q.nblocks = block_quant ? (seqlen + block - 1) / block : 1;
   q.codes.assign(val.size(), 0);
   q.descale.assign(static_cast<size_t>(batch * heads * q.nblocks), 1.f);

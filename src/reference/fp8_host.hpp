@@ -40,8 +40,10 @@ struct QuantizedRows {
 // to the 16-bit input dtype. With rotate, rows are rotated in double (rotate_rows) and rounded to
 // fp32 (the device's fp32 transform differs from that by an ulp or two); without, the arithmetic
 // is exactly the device's (fp32 products, the same rounding), so the codes match bit for bit.
+// block_rows: rows per descale block with block_quant (QuantizeRowsProblem::block_rows; 0 = 128).
 QuantizedRows quantize_rows_reference(const std::vector<float>& in, int64_t batch, int64_t seqlen, int64_t heads,
-                                      int64_t head_dim, bool rotate, bool block_quant, uint32_t seed);
+                                      int64_t head_dim, bool rotate, bool block_quant, uint32_t seed,
+                                      int64_t block_rows = 0);
 
 // V^T as sm90::fp8::make_vt writes it: dense (batch, heads, head_dim, vt_padded_seqlen(seqlen))
 // e4m3, key s at column vt_column(s), zeros in the padding.

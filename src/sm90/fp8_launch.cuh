@@ -5,6 +5,7 @@
 // First: it enables CuTe's extended WGMMA N shapes, which must precede any CuTe include.
 #include "sm90/ws/tile_shape.hpp"
 
+#include "sm90/fp8/layout.hpp"
 #include "sm90/fp8_launch.hpp"
 #include "sm90/ws/fwd_ws_launch.cuh"
 
@@ -17,10 +18,19 @@ cudaError_t run_fwd_fp8(const Fp8AttnProblem& prob, cudaStream_t stream) {
   if (!ws::ws_indices_fit(pr)) return cudaErrorNotSupported;
   using ws::Fp8FwdConfig;
   using ws::kStageE;
-  if (pr.varlen()) {  // packed batches (attention_fp8_varlen): V^T in the packed layout
+  if (pr.varlen()) {  // packed batches (attention_fp8_varlen): V^T in the packed layout, 128-key tiles
+    if (prob.key_tile != 0) return cudaErrorInvalidValue;
     return pr.causal ? ws::launch_ws_config<Fp8FwdConfig<kOutDType, kHeadDim, true, kStageE, 0, 0, true>>(prob, pr, stream)
                      : ws::launch_ws_config<Fp8FwdConfig<kOutDType, kHeadDim, false, kStageE, 0, 0, true>>(prob, pr, stream);
   }
+  if constexpr (kHeadDim == 128) {
+    if (prob.key_tile == fp8::kWideKeyBlock) {  // the one-call path's K blocks of 224 rows
+      constexpr int kN = fp8::kWideKeyBlock;
+      return pr.causal ? ws::launch_ws_config<Fp8FwdConfig<kOutDType, kHeadDim, true, kStageE, kN>>(prob, pr, stream)
+                       : ws::launch_ws_config<Fp8FwdConfig<kOutDType, kHeadDim, false, kStageE, kN>>(prob, pr, stream);
+    }
+  }
+  if (prob.key_tile != 0) return cudaErrorInvalidValue;
   if (pr.causal) return ws::launch_ws_config<ws::Fp8FwdConfig<kOutDType, kHeadDim, true>>(prob, pr, stream);
   return ws::launch_ws_config<ws::Fp8FwdConfig<kOutDType, kHeadDim, false>>(prob, pr, stream);
 }

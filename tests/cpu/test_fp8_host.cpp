@@ -212,12 +212,15 @@ std::vector<float> random_floats(size_t n, uint64_t seed, float range = 2.f) {
   return v;
 }
 
+// Blocks of 128 rows, of 224 (the wide key tile's K), and one per head.
 TEST(Fp8Host, QuantizeRowsReferenceMapsEachBlockMaxTo448) {
-  const int64_t b = 2, s = 200, h = 3, d = 64;
+  const int64_t b = 2, s = 500, h = 3, d = 64;
   const std::vector<float> x = random_floats(static_cast<size_t>(b * s * h * d), 1);
-  for (bool block : {true, false}) {
-    const f8::QuantizedRows q = f8::quantize_rows_reference(x, b, s, h, d, false, block, 0);
-    const int64_t nb = block ? 2 : 1, rows = block ? kQuantBlock : s;
+  for (int64_t asked : {int64_t{0}, int64_t{224}, int64_t{-1}}) {
+    const bool block = asked >= 0;
+    const f8::QuantizedRows q = f8::quantize_rows_reference(x, b, s, h, d, false, block, 0, block ? asked : 0);
+    const int64_t rows = !block ? s : asked > 0 ? asked : kQuantBlock, nb = (s + rows - 1) / rows;
+    ASSERT_EQ(nb, !block ? 1 : asked > 0 ? 3 : 4);
     ASSERT_EQ(q.nblocks, nb);
     ASSERT_EQ(q.descale.size(), static_cast<size_t>(b * h * nb));
     for (int64_t bi = 0; bi < b; ++bi)

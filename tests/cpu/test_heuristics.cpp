@@ -79,6 +79,22 @@ TEST(Heuristics, VarlenDynamicOrderOnByDefaultAndOverride) {
   forced = saved;
 }
 
+// attention_fp8's wide key tile: off until measured; asked for, only d128 fixed-length gets it.
+TEST(Heuristics, Fp8WideKeyTileIsOptInAndD128FixedLengthOnly) {
+  FwdTuning& t = fwd_tuning();
+  const FwdTuning saved = t;
+  t.fp8_key_tile = -1;
+  EXPECT_EQ(fp8_key_tile(128, false), 0);
+  t.fp8_key_tile = 224;
+  EXPECT_EQ(fp8_key_tile(128, false), 224);
+  EXPECT_EQ(fp8_key_tile(128, true), 0);
+  EXPECT_EQ(fp8_key_tile(64, false), 0);
+  EXPECT_EQ(fp8_key_tile(256, false), 0);
+  t.fp8_key_tile = 128;
+  EXPECT_EQ(fp8_key_tile(128, false), 0);
+  t = saved;
+}
+
 // Backward switches: the causal key blocks of one head side by side (+33% at d128 causal 2k against
 // longest-first across heads, backward v3) and the first dQ writer storing (v11) default on; the
 // programmatic launch (v12, no gain measured) defaults off. Each override wins.

@@ -17,6 +17,7 @@
 
 #include "../common/fp8_test_util.hpp"
 #include "../common/test_util.hpp"
+#include "api/heuristics.hpp"
 #include "api/instantiations.hpp"
 #include "hopattn/hopattn.hpp"
 #include "reference/fp8_host.hpp"
@@ -210,12 +211,8 @@ std::vector<E2eCase> make_e2e_cases() {
   return cases;
 }
 
-class Fp8AttentionVsReference : public ::testing::TestWithParam<E2eCase> {};
-
-TEST_P(Fp8AttentionVsReference, MatchesFp64ReferenceWithinQuantisationError) {
-  if (!has_sm90()) GTEST_SKIP() << "no sm_90 device";
-  const E2eCase c = GetParam();
-  if (find_fp8_kernel(c.dtype, c.head_dim) == nullptr) GTEST_SKIP() << "not built";
+// attention_fp8 on random inputs against the CUDA reference on the same 16-bit inputs.
+void check_attention_fp8(const E2eCase& c) {
   const int64_t b = c.batch, sq = c.seqlen_q, sk = c.seqlen_k, hq = c.heads_q, hkv = c.heads_kv, d = c.head_dim;
   const int64_t nq = b * sq * hq * d, nk = b * sk * hkv * d, nlse = b * hq * sq;
   const uint64_t seed = std::hash<std::string>{}(e2e_name(c));
@@ -262,7 +259,43 @@ TEST_P(Fp8AttentionVsReference, MatchesFp64ReferenceWithinQuantisationError) {
   // keys on the H200; the bound leaves room.
   EXPECT_LE(out_err, 6e-2) << e2e_name(c);
   EXPECT_LE(lse_excess(lg, lr, 0.1, 5e-3), 1.0) << e2e_name(c) << ": lse max |err| " << max_abs_error(lg, lr);
-  RecordProperty("out_rel_l2", std::to_string(out_err));
+  ::testing::Test::RecordProperty("out_rel_l2", std::to_string(out_err));
+}
+
+class Fp8AttentionVsReference : public ::testing::TestWithParam<E2eCase> {};
+
+TEST_P(Fp8AttentionVsReference, MatchesFp64ReferenceWithinQuantisationError) {
+  if (!has_sm90()) GTEST_SKIP() << "no sm_90 device";
+  const E2eCase c = GetParam();
+  if (find_fp8_kernel(c.dtype, c.head_dim) == nullptr) GTEST_SKIP() << "not built";
+  check_attention_fp8(c);
+}
+
+// The wide key tile (224 keys, K quantised in 224-row blocks; heuristics::fp8_key_tile), forced:
+// d128, causal and not, key counts that are not multiples of 224 (and one below a tile), GQA,
+// per-head scales, fp16. Packed batches and other head dims ignore the request (covered above).
+TEST(Sm90Fp8WideKeyTile, AttentionMatchesReferenceWithinQuantisationError) {
+  if (!has_sm90()) GTEST_SKIP() << "no sm_90 device";
+  heuristics::FwdTuning& tuning = heuristics::fwd_tuning();
+  const heuristics::FwdTuning saved = tuning;
+  bool ran = false;
+  for (DType t : {DType::kBF16, DType::kFP16}) {
+    if (find_fp8_kernel(t, 128) == nullptr) continue;
+    ran = true;
+    ASSERT_EQ(heuristics::fp8_key_tile(128, false), 0) << "the wide tile is opt-in until measured";
+    tuning.fp8_key_tile = 224;
+    ASSERT_EQ(heuristics::fp8_key_tile(128, false), 224);
+    for (bool causal : {false, true}) {
+      check_attention_fp8({t, 128, causal, true, true, 1000, 1000, 4, 2, 2});
+      check_attention_fp8({t, 128, causal, true, true, 17, 300, 4, 4, 1});
+      check_attention_fp8({t, 128, causal, true, true, 500, 200, 4, 1, 1});
+      check_attention_fp8({t, 128, causal, true, false, 448, 448, 2, 2, 2});
+      check_attention_fp8({t, 128, causal, false, true, 255, 672, 4, 2, 1});
+    }
+    tuning = saved;
+  }
+  tuning = saved;
+  if (!ran) GTEST_SKIP() << "no d128 FP8 kernel built";
 }
 
 INSTANTIATE_TEST_SUITE_P(Sm90Fp8, Fp8AttentionVsReference, ::testing::ValuesIn(make_e2e_cases()),

@@ -23,6 +23,7 @@ namespace {
 
 namespace f8 = hopattn::reference::fp8;
 using sm90::fp8::kQuantBlock;
+using sm90::fp8::kWideKeyBlock;
 
 // ---- strided views over device buffers ---------------------------------------------------------
 
@@ -103,12 +104,14 @@ struct QuantCase {
   int64_t seqlen;
   Layout layout = Layout::kContiguous;
   int64_t batch = 2, heads = 3;
+  int block_rows = 0;  // QuantizeRowsProblem::block_rows (0 = 128; kWideKeyBlock at d128)
 };
 
 std::string case_name(const QuantCase& c) {
   static const char* layouts[] = {"", "_packedqkv", "_misaligned", "_hugestride"};
   return std::string(dtype_name(c.dtype)) + "_d" + std::to_string(c.d) + (c.rotate ? "_rot" : "_norot") +
-         (c.block_quant ? "_block" : "_head") + "_s" + std::to_string(c.seqlen) + layouts[int(c.layout)];
+         (c.block_quant ? "_block" : "_head") + (c.block_rows != 0 ? std::to_string(c.block_rows) : "") + "_s" +
+         std::to_string(c.seqlen) + layouts[int(c.layout)];
 }
 
 std::vector<QuantCase> quant_cases() {
@@ -127,6 +130,10 @@ std::vector<QuantCase> quant_cases() {
     for (bool rot : {true, false}) v.push_back({t, 128, rot, true, 127, Layout::kMisaligned});
   v.push_back({DType::kBF16, 128, true, true, 300, Layout::kHugeBatchStride, 2, 2});
   v.push_back({DType::kFP16, 128, true, false, 300, Layout::kHugeBatchStride, 2, 2});
+  // K of the d128 one-call path with the wide key tile: 224-row blocks, ragged last block.
+  for (DType t : {DType::kBF16, DType::kFP16})
+    for (int64_t s : {1, 224, 500, 1000}) v.push_back({t, 128, true, true, s, Layout::kContiguous, 2, 3, kWideKeyBlock});
+  v.push_back({DType::kBF16, 128, false, true, 449, Layout::kMisaligned, 2, 3, kWideKeyBlock});
   return v;
 }
 
@@ -176,7 +183,8 @@ QuantRun make_quant_run(const QuantCase& c) {
   r.out_buf = DeviceBuffer(static_cast<size_t>(out_bytes));
   r.in.base = static_cast<uint8_t*>(r.in_buf.get()) + in_off * 2;
   r.out.base = static_cast<uint8_t*>(r.out_buf.get()) + out_off;
-  r.ndescale = b * h * (c.block_quant ? (s + kQuantBlock - 1) / kQuantBlock : 1);
+  const int64_t block_rows = c.block_rows != 0 ? c.block_rows : kQuantBlock;
+  r.ndescale = b * h * (c.block_quant ? (s + block_rows - 1) / block_rows : 1);
   r.descale_buf = DeviceBuffer(static_cast<size_t>(r.ndescale * 4));
   r.in_buf.fill(0x3C);  // the rest of a packed buffer: finite garbage the kernel must not read as ours
   return r;
@@ -199,6 +207,7 @@ sm90::fp8::QuantizeRowsProblem problem_of(const QuantCase& c, const QuantRun& r,
   p.rotate = c.rotate;
   p.block_quant = c.block_quant;
   p.seed = seed;
+  p.block_rows = c.block_rows;
   return p;
 }
 
@@ -235,7 +244,7 @@ TEST_P(QuantizeRows, MatchesHostReference) {
   std::vector<float> descale;
   run_quantize(c, r, seed, &codes, &descale);
   const f8::QuantizedRows ref =
-      f8::quantize_rows_reference(x, c.batch, c.seqlen, c.heads, c.d, c.rotate, c.block_quant, seed);
+      f8::quantize_rows_reference(x, c.batch, c.seqlen, c.heads, c.d, c.rotate, c.block_quant, seed, c.block_rows);
 
   ASSERT_EQ(descale.size(), ref.descale.size());
   for (size_t i = 0; i < descale.size(); ++i) {
@@ -325,6 +334,19 @@ TEST(Fp8QuantizeRows, EmptyAndInvalidProblems) {
   p.batch = 1, p.heads = 1, p.seqlen = 0;
   EXPECT_EQ(sm90::fp8::quantize_rows(p, nullptr), cudaSuccess);
   p.head_dim = 96;  // rotation needs a power of two
+  EXPECT_EQ(sm90::fp8::quantize_rows(p, nullptr), cudaErrorInvalidValue);
+  // Blocks of 224 rows exist for head_dim 128, fixed length, only; other block sizes not at all.
+  p.head_dim = 128;
+  for (int rows : {64, 256, 225}) {
+    p.block_rows = rows;
+    EXPECT_EQ(sm90::fp8::quantize_rows(p, nullptr), cudaErrorInvalidValue) << rows;
+  }
+  p.block_rows = kWideKeyBlock;
+  p.head_dim = 64;
+  EXPECT_EQ(sm90::fp8::quantize_rows(p, nullptr), cudaErrorInvalidValue);
+  p.head_dim = 128;
+  const int32_t cu[2] = {0, 0};
+  p.cu_seqlens = cu;  // never read: the packed problem is refused before anything runs
   EXPECT_EQ(sm90::fp8::quantize_rows(p, nullptr), cudaErrorInvalidValue);
   sm90::fp8::VtProblem v;
   v.head_dim = 128;

@@ -16,6 +16,12 @@ namespace hopattn::sm90::fp8 {
 // reads one descale.
 constexpr int kQuantBlock = 128;
 
+// The d128 one-call path's wider key tile (FlashAttention-3's FP8 d128 tile is 128 x 224): fewer
+// key-block iterations per tile, so fewer per-block softmax and barrier costs per FLOP. K is then
+// quantised in blocks of 224 rows, one descale per key tile. Q keeps 128-row blocks, and V^T its
+// 128-key padding (a 224-key tile past the padding reads TMA's zero fill).
+constexpr int kWideKeyBlock = 224;
+
 // V^T, the B operand of O = P V: FP8 WGMMA reads B K-major only, i.e. keys contiguous. The
 // workspace holds V as (batch, heads_kv, head_dim, seqlen_k_pad), seqlen_k_pad = seqlen_k rounded
 // up to kQuantBlock, zero past seqlen_k (so a key tile never reads past the buffer and padded keys

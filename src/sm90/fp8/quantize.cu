@@ -194,13 +194,15 @@ struct RowsParams {
 // A row is kLanes lanes x 8 elements (kLanes = head_dim / 8 rounded up to a power of two; lanes
 // past head_dim idle). A CTA owns one 128-row tile of one (batch, head) and keeps it in registers
 // (kIters x 8 fp32 per thread, 64 at most) while the CTA reduces the amax, so `in` is read once.
-template <int kLanes>
+// kBlockRows: rows per tile and per descale block, kQuantBlock or (K of the d128 one-call path)
+// kWideKeyBlock; the wide tile takes 512 threads so that each thread still holds 7-8 sweeps.
+template <int kLanes, int kBlockRows = kQuantBlock>
 struct RowsShape {
-  static constexpr int kThreads = kLanes == 32 ? 512 : 256;
+  static constexpr int kThreads = kLanes == 32 || kBlockRows != kQuantBlock ? 512 : 256;
   static constexpr int kRowsPerWarp = 32 / kLanes;
   static constexpr int kRowsPerIter = kThreads / 32 * kRowsPerWarp;
-  static constexpr int kIters = kQuantBlock / kRowsPerIter;
-  static_assert(kIters * kRowsPerIter == kQuantBlock, "a tile must be a whole number of row sweeps");
+  static constexpr int kIters = kBlockRows / kRowsPerIter;
+  static_assert(kIters * kRowsPerIter == kBlockRows, "a tile must be a whole number of row sweeps");
 };
 
 template <int kThreads>
@@ -216,9 +218,9 @@ __device__ __forceinline__ float block_max(float v, float* warp_max) {
   return v;  // every thread has it; warp_max may be rewritten only after another __syncthreads
 }
 
-template <DType kT, int kLanes, RowsMode kMode>
-__global__ void __launch_bounds__(RowsShape<kLanes>::kThreads) quantize_rows_kernel(const RowsParams p) {
-  using Shape = RowsShape<kLanes>;
+template <DType kT, int kLanes, RowsMode kMode, int kBlockRows = kQuantBlock>
+__global__ void __launch_bounds__(RowsShape<kLanes, kBlockRows>::kThreads) quantize_rows_kernel(const RowsParams p) {
+  using Shape = RowsShape<kLanes, kBlockRows>;
   __shared__ float warp_max[Shape::kThreads / 32];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int chunk = lane % kLanes;
@@ -230,9 +232,9 @@ __global__ void __launch_bounds__(RowsShape<kLanes>::kThreads) quantize_rows_ker
     const TileCoord tc = tile_coord(tile, p.nblocks, p.ntiles / p.nblocks, p.cu != nullptr);
     const int64_t bh = tc.pair, blk = tc.block;
     const int64_t b = bh / p.heads, h = bh - b * p.heads;
-    const int64_t row0 = blk * kQuantBlock + row_in_sweep;
+    const int64_t row0 = blk * kBlockRows + row_in_sweep;
     const RowRange rows = row_range(p.cu, p.total_rows, p.seqlen, b);
-    if (p.cu != nullptr && blk * kQuantBlock >= rows.len) {
+    if (p.cu != nullptr && blk * kBlockRows >= rows.len) {
       // Past the sequence (the same for the whole CTA, so no barrier is skipped by part of it): no
       // row to read or write; the block's descale is 1, as for an all-zero block.
       if (kMode == RowsMode::kBlockScale && threadIdx.x == 0) p.scales[bh * p.nblocks + blk] = quant_descale(0.f);
@@ -296,11 +298,12 @@ __global__ void amax_to_descale_kernel(float* scales, int64_t n) {
     scales[i] = quant_descale(scales[i]);
 }
 
-template <DType kT, RowsMode kMode, int kLanes>
+template <DType kT, RowsMode kMode, int kLanes, int kBlockRows = kQuantBlock>
 cudaError_t launch_rows_lanes(const RowsParams& p, cudaStream_t stream) {
-  constexpr int kThreads = RowsShape<kLanes>::kThreads;
-  const unsigned grid = pass_grid(quantize_rows_kernel<kT, kLanes, kMode>, kThreads, p.ntiles, p.cu != nullptr);
-  quantize_rows_kernel<kT, kLanes, kMode><<<grid, kThreads, 0, stream>>>(p);
+  constexpr int kThreads = RowsShape<kLanes, kBlockRows>::kThreads;
+  const auto kernel = quantize_rows_kernel<kT, kLanes, kMode, kBlockRows>;
+  const unsigned grid = pass_grid(kernel, kThreads, p.ntiles, p.cu != nullptr);
+  kernel<<<grid, kThreads, 0, stream>>>(p);
   return cudaGetLastError();
 }
 
@@ -317,6 +320,13 @@ cudaError_t launch_rows(const RowsParams& p, cudaStream_t stream) {
 template <RowsMode kMode>
 cudaError_t launch_rows_dtype(DType t, const RowsParams& p, cudaStream_t stream) {
   return t == DType::kBF16 ? launch_rows<DType::kBF16, kMode>(p, stream) : launch_rows<DType::kFP16, kMode>(p, stream);
+}
+
+// Block scales in tiles of kWideKeyBlock rows: head_dim 128 (16 lanes a row) only, fixed length.
+cudaError_t launch_wide_block_rows(DType t, const RowsParams& p, cudaStream_t stream) {
+  constexpr RowsMode kMode = RowsMode::kBlockScale;
+  return t == DType::kBF16 ? launch_rows_lanes<DType::kBF16, kMode, 16, kWideKeyBlock>(p, stream)
+                           : launch_rows_lanes<DType::kFP16, kMode, 16, kWideKeyBlock>(p, stream);
 }
 
 cudaError_t finish_descale(float* scales, int64_t n, cudaStream_t stream) {
@@ -461,6 +471,9 @@ cudaError_t quantize_rows(const QuantizeRowsProblem& p, cudaStream_t stream) {
   if (p.batch < 0 || p.seqlen < 0 || p.heads < 0 || !is_16bit(p.in_dtype) || !valid_head_dim(p.head_dim))
     return cudaErrorInvalidValue;
   if (p.rotate && p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256) return cudaErrorInvalidValue;
+  const bool wide = p.block_rows == kWideKeyBlock;
+  if (!(p.block_rows == 0 || p.block_rows == kQuantBlock || wide)) return cudaErrorInvalidValue;
+  if (wide && (p.head_dim != 128 || p.cu_seqlens != nullptr)) return cudaErrorInvalidValue;
   if (p.batch == 0 || p.seqlen == 0 || p.heads == 0) return cudaSuccess;
   if (p.in == nullptr || p.out == nullptr || p.descale == nullptr) return cudaErrorInvalidValue;
 
@@ -476,7 +489,8 @@ cudaError_t quantize_rows(const QuantizeRowsProblem& p, cudaStream_t stream) {
   r.heads = p.heads;
   r.cu = p.cu_seqlens;
   r.total_rows = p.total_rows;
-  r.nblocks = (p.seqlen + kQuantBlock - 1) / kQuantBlock;
+  const int block_rows = wide ? kWideKeyBlock : kQuantBlock;
+  r.nblocks = (p.seqlen + block_rows - 1) / block_rows;
   r.ntiles = r.nblocks * p.heads * p.batch;
   r.head_dim = static_cast<int>(p.head_dim);
   r.rotate = p.rotate;
@@ -485,7 +499,10 @@ cudaError_t quantize_rows(const QuantizeRowsProblem& p, cudaStream_t stream) {
   r.seed = p.seed;
   r.inv_sqrt_d = static_cast<float>(1.0 / std::sqrt(static_cast<double>(p.head_dim)));
 
-  if (p.block_quant) return launch_rows_dtype<RowsMode::kBlockScale>(p.in_dtype, r, stream);
+  if (p.block_quant) {
+    return wide ? launch_wide_block_rows(p.in_dtype, r, stream)
+                : launch_rows_dtype<RowsMode::kBlockScale>(p.in_dtype, r, stream);
+  }
   // Per (batch, head): the descale buffer holds the amax bits between the passes.
   const int64_t nscales = p.batch * p.heads;
   if (cudaError_t e = cudaMemsetAsync(p.descale, 0, static_cast<size_t>(nscales) * sizeof(float), stream); e != cudaSuccess)

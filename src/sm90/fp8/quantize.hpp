@@ -35,6 +35,9 @@ struct QuantizeRowsProblem {
   // total_rows = the packed tensors' rows, to which index values are clamped.
   const int32_t* cu_seqlens = nullptr;
   int64_t total_rows = 0;
+  // Rows per descale block with block_quant: 0 or kQuantBlock, or kWideKeyBlock (K of the d128
+  // one-call path: head_dim 128, fixed length; nblocks = ceil(seqlen / 224)). Ignored per head.
+  int block_rows = 0;
 };
 cudaError_t quantize_rows(const QuantizeRowsProblem& p, cudaStream_t stream);
 

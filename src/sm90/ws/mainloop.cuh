@@ -539,7 +539,7 @@ struct FwdMainloop {
     // FP8: the key block's exponent multiplier, loaded before its S GEMM is waited for.
     float block_c = 0.f;
     auto load_block_scale = [&](int n_block) {
-      if constexpr (kFp8) block_c = softmax.block_scale(n_block * kBlockN / fp8::kQuantBlock);
+      if constexpr (kFp8) block_c = softmax.block_scale(n_block * kBlockN / Cfg::kKeyQuantBlock);
     };
     auto masked_softmax = [&](int n_block, float (&factor)[kRowsPerThread]) {
       // Softcap before the mask, so that masked scores stay -inf.

@@ -136,7 +136,10 @@ struct Fp8FwdConfig : WsSchedule<kFlags> {
   static constexpr int kBlockM = kBlockMOverride != 0 ? kBlockMOverride : kHeadDim == 64 ? 192 : 128;
   static constexpr int kBlockN = kBlockNOverride != 0 ? kBlockNOverride : 128;
   static_assert(kBlockM == 128 || kBlockM == 192, "two or three consumer warpgroups");
-  static_assert(kBlockN % 32 == 0 && 128 % kBlockN == 0, "a key tile lies inside one 128-key descale block");
+  static_assert(kBlockN % 32 == 0 && (128 % kBlockN == 0 || kBlockN == 224),
+                "a key tile lies inside one descale block: 128 keys, or the wide tile's own 224");
+  // Rows of K per descale: the key tile when it is the wide one (fp8::kWideKeyBlock), else 128.
+  static constexpr int kKeyQuantBlock = kBlockN > 128 ? kBlockN : 128;
   static constexpr int kStages = 2;
   static constexpr int kNumConsumerWG = kBlockM / 64;
   static constexpr int kNumMmaThreads = kNumConsumerWG * 128;
