@@ -395,8 +395,9 @@ FP8_HEADERS = {
 # attention_fp8 against a bf16 peer: FP8 rounding of Q, K, V and P gives about 5% relative L2 on
 # N(0, 1) inputs (tests/python/test_fp8.py bounds it by 6e-2 against fp64).
 FP8_CHECK_REL_L2 = 1e-1
-# forward_fp8 on quantize_fp8's output (same seed) against attention_fp8: the same arithmetic.
-FP8_KERNEL_CHECK_REL_L2 = 1e-2
+# forward_fp8 on quantize_fp8's output is judged against the same peer and bound: from 8k keys at
+# d128 attention_fp8 quantises K in 224-row blocks (heuristics::fp8_key_tile) and forward_fp8 in
+# 128-row ones, so the two round differently (about 4e-2 apart) and neither is the other's reference.
 E4M3_MAX = 448.0
 FP8_BLOCK_ROWS = 128
 
@@ -440,8 +441,8 @@ def fp8_report(timer_name, env, table):
             "V, then the kernel); hopattn FP8 kernel = forward_fp8 on pre-quantised inputs (V re-layout + kernel); "
             "quantize_fp8 GB/s = (bf16 read + e4m3 and descales written) / time, for q alone; FP8/cuDNN and "
             "FP8/bf16 compare hopattn FP8 end to end with cuDNN and hopattn bf16.\n")
-    head += (f"Check: attention_fp8 against a bf16 peer, rel L2 <= {FP8_CHECK_REL_L2:g}; forward_fp8 on quantize_fp8's "
-             f"output against attention_fp8, rel L2 <= {FP8_KERNEL_CHECK_REL_L2:g}.\n")
+    head += (f"Check: attention_fp8, and forward_fp8 on quantize_fp8's output, against a bf16 peer, rel L2 <= "
+             f"{FP8_CHECK_REL_L2:g} each.\n")
     head += (f"{env['device']}, torch {env['torch']}, CUDA {env['cuda']}, cuDNN {env['cudnn']}, "
              f"hopattn {env['hopattn_version']}.\n")
     return f"{head}\n{table}\n"
@@ -454,13 +455,13 @@ def fp8_output_stem(out_dir, date=None, tag=None):
 
 
 def fp8_check(errors, ref_name):
-    """The check cell from {"fp8_e2e": rel L2 vs the peer, "fp8_kernel": rel L2 vs attention_fp8}."""
+    """The check cell from {"fp8_e2e": .., "fp8_kernel": ..}, each the rel L2 against the peer."""
     bad = []
     e2e, kernel = errors.get("fp8_e2e"), errors.get("fp8_kernel")
     if e2e is not None and not (math.isfinite(e2e) and e2e <= FP8_CHECK_REL_L2):
         bad.append(f"attention_fp8 {e2e:.1e} vs {FP8_HEADERS.get(ref_name, ref_name)}")
-    if kernel is not None and not (math.isfinite(kernel) and kernel <= FP8_KERNEL_CHECK_REL_L2):
-        bad.append(f"forward_fp8 {kernel:.1e} vs attention_fp8")
+    if kernel is not None and not (math.isfinite(kernel) and kernel <= FP8_CHECK_REL_L2):
+        bad.append(f"forward_fp8 {kernel:.1e} vs {FP8_HEADERS.get(ref_name, ref_name)}")
     if bad:
         return "MISMATCH " + ", ".join(bad)
     return "ok" if e2e is not None else "unchecked"
@@ -557,8 +558,8 @@ def bench_point_fp8(torch, impls, timer, point):
     errors = {}
     if "fp8_e2e" in outputs and ref_name is not None:
         errors["fp8_e2e"] = rel_l2(outputs["fp8_e2e"], outputs[ref_name])
-    if "fp8_e2e" in outputs and "fp8_kernel" in outputs:
-        errors["fp8_kernel"] = rel_l2(outputs["fp8_kernel"], outputs["fp8_e2e"])
+    if "fp8_kernel" in outputs and ref_name is not None:
+        errors["fp8_kernel"] = rel_l2(outputs["fp8_kernel"], outputs[ref_name])
     if "fa3_fp8" in outputs and ref_name is not None:
         errors["fa3_fp8"] = rel_l2(outputs["fa3_fp8"], outputs[ref_name])  # recorded, not judged
     row["check_rel_l2"], row["check_against"] = errors, ref_name

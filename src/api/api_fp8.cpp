@@ -78,7 +78,7 @@ struct AttentionFp8Workspace {
 AttentionFp8Workspace plan_workspace(const AttnProblem& p, const QuantOptions& o) {
   AttentionFp8Workspace w;
   if (!runs_kernel(p)) return w;
-  w.key_tile = heuristics::fp8_key_tile(p.head_dim, p.varlen());
+  w.key_tile = heuristics::fp8_key_tile(p.head_dim, p.seqlen_k, p.varlen());
   static_assert(sm90::fp8::kWideKeyBlock == 224, "heuristics::fp8_key_tile names the wide tile as 224");
   const int64_t k_block = w.key_tile != 0 ? w.key_tile : kFp8BlockRows;
   w.nq = o.block_quant ? fp8_blocks(p.seqlen_q) : 1;

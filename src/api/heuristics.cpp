@@ -45,11 +45,17 @@ int& varlen_dynamic_override() {
 }
 bool varlen_dynamic_order() { return forced_or(varlen_dynamic_override(), true); }
 
-// Not measured yet (docs/perf-notes.md, "FP8 d128 with 224-key tiles"): 128 unless asked. FA3's FP8
-// d128 kernel takes 224 keys a tile and runs 0.85-0.90 PFLOP/s on this card against our 0.80-0.86.
-int fp8_key_tile(int64_t head_dim, bool varlen) {
+// docs/perf-notes.md, "FP8 d128 with 224-key tiles": at 8k and 16k keys the 224-key tile runs
+// attention_fp8 2-4% faster; below, the last tile's padding (up to 9% more keys at 1k and 2k, 4% at
+// 4k) costs more than the longer GEMMs win. HOPATTN_FP8_KEY_TILE=224/128 forces either.
+int fp8_key_tile(int64_t head_dim, int64_t seqlen_k, bool varlen) {
   constexpr int kWide = 224;  // sm90::fp8::kWideKeyBlock (this file stays free of kernel headers)
-  return fwd_tuning().fp8_key_tile == kWide && head_dim == 128 && !varlen ? kWide : 0;
+  constexpr int64_t kMinKeys = 8192;
+  if (head_dim != 128 || varlen) return 0;
+  const int forced = fwd_tuning().fp8_key_tile;
+  if (forced == kWide) return kWide;
+  if (forced == 128) return 0;
+  return seqlen_k >= kMinKeys ? kWide : 0;
 }
 
 // Up to 1k keys, N = 128 pads nothing at the grid's powers of two and leaves shared memory for the

@@ -33,7 +33,7 @@ bool varlen_balanced_order();
 // attention_fp8's key tile (Fp8AttnProblem::key_tile): 0 (128 keys, K descales per 128 rows) or
 // sm90::fp8::kWideKeyBlock (224 keys, K quantised in 224-row blocks), head_dim 128 fixed-length
 // only. HOPATTN_FP8_KEY_TILE=224 asks for the wide tile where it exists, 128 forces 0.
-int fp8_key_tile(int64_t head_dim, bool varlen);
+int fp8_key_tile(int64_t head_dim, int64_t seqlen_k, bool varlen);
 
 // Key tile (keys per pipeline stage) of the d128 non-causal FlashAttention-3 kernel; 0 means the
 // config's default (176).

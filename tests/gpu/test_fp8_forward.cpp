@@ -271,9 +271,10 @@ TEST_P(Fp8AttentionVsReference, MatchesFp64ReferenceWithinQuantisationError) {
   check_attention_fp8(c);
 }
 
-// The wide key tile (224 keys, K quantised in 224-row blocks; heuristics::fp8_key_tile), forced:
-// d128, causal and not, key counts that are not multiples of 224 (and one below a tile), GQA,
-// per-head scales, fp16. Packed batches and other head dims ignore the request (covered above).
+// The wide key tile (224 keys, K quantised in 224-row blocks; heuristics::fp8_key_tile), forced at
+// small sizes: d128, causal and not, key counts that are not multiples of 224 (and one below a
+// tile), GQA, per-head scales, fp16. Then chosen by the heuristic at 8200 keys. Packed batches and
+// other head dims never take it (covered above).
 TEST(Sm90Fp8WideKeyTile, AttentionMatchesReferenceWithinQuantisationError) {
   if (!has_sm90()) GTEST_SKIP() << "no sm_90 device";
   heuristics::FwdTuning& tuning = heuristics::fwd_tuning();
@@ -282,16 +283,19 @@ TEST(Sm90Fp8WideKeyTile, AttentionMatchesReferenceWithinQuantisationError) {
   for (DType t : {DType::kBF16, DType::kFP16}) {
     if (find_fp8_kernel(t, 128) == nullptr) continue;
     ran = true;
-    ASSERT_EQ(heuristics::fp8_key_tile(128, false), 0) << "the wide tile is opt-in until measured";
     tuning.fp8_key_tile = 224;
-    ASSERT_EQ(heuristics::fp8_key_tile(128, false), 224);
+    ASSERT_EQ(heuristics::fp8_key_tile(128, 300, false), 224);
     for (bool causal : {false, true}) {
       check_attention_fp8({t, 128, causal, true, true, 1000, 1000, 4, 2, 2});
       check_attention_fp8({t, 128, causal, true, true, 17, 300, 4, 4, 1});
       check_attention_fp8({t, 128, causal, true, true, 500, 200, 4, 1, 1});
       check_attention_fp8({t, 128, causal, true, false, 448, 448, 2, 2, 2});
+      check_attention_fp8({t, 128, causal, true, false, 300, 300, 2, 2, 1});
       check_attention_fp8({t, 128, causal, false, true, 255, 672, 4, 2, 1});
     }
+    tuning.fp8_key_tile = -1;
+    ASSERT_EQ(heuristics::fp8_key_tile(128, 8200, false), 224);
+    for (bool causal : {false, true}) check_attention_fp8({t, 128, causal, true, true, 300, 8200, 2, 1, 1});
     tuning = saved;
   }
   tuning = saved;
@@ -306,6 +310,7 @@ INSTANTIATE_TEST_SUITE_P(Sm90Fp8, Fp8AttentionVsReference, ::testing::ValuesIn(m
 TEST(Sm90Fp8Errors, WorkspaceMissingOrTooSmallIsRejected) {
   if (!has_sm90()) GTEST_SKIP() << "no sm_90 device";
   const int64_t b = 1, s = 64, h = 2, d = 64;
+  if (find_fp8_kernel(DType::kBF16, d) == nullptr) GTEST_SKIP() << "not built";
   DeviceBuffer q(size_t(b * s * h * d) * 2), out(size_t(b * s * h * d) * 2);
   q.fill(0x3C);
   Fp8AttentionArgs a;

@@ -134,6 +134,9 @@ std::vector<QuantCase> quant_cases() {
   for (DType t : {DType::kBF16, DType::kFP16})
     for (int64_t s : {1, 224, 500, 1000}) v.push_back({t, 128, true, true, s, Layout::kContiguous, 2, 3, kWideKeyBlock});
   v.push_back({DType::kBF16, 128, false, true, 449, Layout::kMisaligned, 2, 3, kWideKeyBlock});
+  // Per-head scales ignore block_rows: every row is still quantised (it once swept ceil(s / 224)
+  // tiles of 128 rows and left the rest of K unwritten).
+  for (int64_t s : {300, 1000}) v.push_back({DType::kBF16, 128, true, false, s, Layout::kContiguous, 2, 3, kWideKeyBlock});
   return v;
 }
 

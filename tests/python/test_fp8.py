@@ -786,10 +786,11 @@ def test_compare_fp8_direction_helpers(tmp_path):
     assert compare.fp8_quantize_bytes(2, 300, 4, 128) == 2 * 300 * 4 * 128 * 3 + 4 * 2 * 4 * 3
     assert compare.gb_per_s(2e9, 1000.0) == pytest.approx(2.0) and compare.gb_per_s(1, None) is None
     assert compare.fp8_output_stem(tmp_path, date="2026-12-01", tag="h200").name == "fp8-2026-12-01-h200"
-    assert compare.fp8_check({"fp8_e2e": 0.05, "fp8_kernel": 1e-3}, "cudnn") == "ok"
+    assert compare.fp8_check({"fp8_e2e": 0.05, "fp8_kernel": 0.05}, "cudnn") == "ok"
     assert compare.fp8_check({}, None) == "unchecked"
     bad = compare.fp8_check({"fp8_e2e": 0.2, "fp8_kernel": float("nan")}, "cudnn")
-    assert bad == "MISMATCH attention_fp8 2.0e-01 vs cuDNN, forward_fp8 nan vs attention_fp8"
+    assert bad == "MISMATCH attention_fp8 2.0e-01 vs cuDNN, forward_fp8 nan vs cuDNN"
+    assert compare.fp8_check({"fp8_e2e": 0.05, "fp8_kernel": 0.11}, "fa2") == "MISMATCH forward_fp8 1.1e-01 vs FA2 (SDPA flash)"
     rows = [dict(head_dim=128, causal=True, seqlen=4096, batch=4, heads=16, quantize_gbps=3012.4, check="ok",
                  tflops={"fp8_e2e": 800.0, "fp8_kernel": 900.0, "hopattn": 500.0, "cudnn": 400.0, "fa2": None})]
     impls = ["fp8_e2e", "fp8_kernel", "hopattn", "cudnn", "fa2"]

@@ -471,8 +471,9 @@ cudaError_t quantize_rows(const QuantizeRowsProblem& p, cudaStream_t stream) {
   if (p.batch < 0 || p.seqlen < 0 || p.heads < 0 || !is_16bit(p.in_dtype) || !valid_head_dim(p.head_dim))
     return cudaErrorInvalidValue;
   if (p.rotate && p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256) return cudaErrorInvalidValue;
-  const bool wide = p.block_rows == kWideKeyBlock;
-  if (!(p.block_rows == 0 || p.block_rows == kQuantBlock || wide)) return cudaErrorInvalidValue;
+  if (!(p.block_rows == 0 || p.block_rows == kQuantBlock || p.block_rows == kWideKeyBlock)) return cudaErrorInvalidValue;
+  // Per-head scales sweep 128-row tiles whatever block_rows says: the tiles must cover every row.
+  const bool wide = p.block_quant && p.block_rows == kWideKeyBlock;
   if (wide && (p.head_dim != 128 || p.cu_seqlens != nullptr)) return cudaErrorInvalidValue;
   if (p.batch == 0 || p.seqlen == 0 || p.heads == 0) return cudaSuccess;
   if (p.in == nullptr || p.out == nullptr || p.descale == nullptr) return cudaErrorInvalidValue;
