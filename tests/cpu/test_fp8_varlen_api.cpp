@@ -40,7 +40,7 @@ Fp8VarlenAttentionArgs valid_attention_args() {
 
 Fp8VarlenForwardArgs valid_forward_args() {
   Fp8VarlenForwardArgs a;
-  set_packed_common(&a, DType::kE4M3, DType::kFP16);
+  set_packed_common(&a, DType::kE4M3, DType::kBF16);  // bf16 out: also built by the dev loop's bf16-only builds
   a.q_descale = make_tensor(fake(), DType::kFP32, kBatch, kHq, 3);  // ceil(300 / 128)
   a.k_descale = make_tensor(fake(), DType::kFP32, kBatch, kHkv, 3);  // ceil(260 / 128)
   a.v_descale = make_tensor(fake(), DType::kFP32, kBatch, kHkv, 1);
