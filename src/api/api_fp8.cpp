@@ -274,6 +274,9 @@ std::size_t forward_fp8_workspace_size(const Fp8ForwardArgs& args) {
 Result forward_fp8(const Fp8ForwardArgs& args, void* workspace, std::size_t workspace_bytes, cudaStream_t stream) {
   Fp8AttnProblem p;
   if (Result r = validate_forward_fp8(args, &p); !r.ok()) return r;
+  // One K descale per head, or none: every key tile reads the same one, so the wide key tile needs
+  // no 224-row descale blocks here (K given per 128-row block keeps the 128-key tile).
+  if (p.k_descale_stride[2] == 0) p.key_tile = heuristics::fp8_key_tile(p.base.head_dim, p.base.seqlen_k, false);
   const int64_t v_stride[3] = {args.v.strides[0], args.v.strides[1], args.v.strides[2]};
   return run_forward_fp8(p, args.v.data, v_stride, workspace, workspace_bytes, "forward_fp8_workspace_size", stream);
 }

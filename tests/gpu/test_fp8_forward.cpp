@@ -55,6 +55,10 @@ std::vector<Fp8Case> make_cases() {
     cases.push_back({DType::kBF16, d, false, 333, 700, 4, 2, 1, 1});
     cases.push_back({DType::kBF16, d, true, 700, 333, 2, 2, 1, 2});
   }
+  // From 8k keys at d128, per-head and absent K descales take the 224-key tile
+  // (heuristics::fp8_key_tile); 128-row blocks keep the 128-key one.
+  for (int mode : {0, 1, 2})
+    for (bool causal : {false, true}) cases.push_back({DType::kBF16, 128, causal, 300, 8200, 2, 1, 1, mode});
   return cases;
 }
 
@@ -170,7 +174,10 @@ TEST_P(Fp8ForwardVsReference, MatchesFp64ReferenceOnDequantisedInputs) {
   const double out_err = rel_l2_error(got, ref);  // +inf on any NaN (an unwritten element)
   // P in e4m3 has a relative rounding error up to 2^-4 per element, which averages over the keys
   // of a row; 16-bit output rounding adds 2^-9. lse uses the unrounded P: only the accumulation.
-  EXPECT_LE(out_err, 2.5e-2) << case_name(c);
+  // Descales up to 4 on q and k scale the scores up to 16x: the softmax is then peaky and P's
+  // rounding averages over fewer keys. Measured worst: 2.58e-2 (d128 full, 300 x 8200, per head),
+  // with the 128-key tile and the 224-key one alike.
+  EXPECT_LE(out_err, 3e-2) << case_name(c);
   EXPECT_LE(lse_excess(lse_got, lse_want, 2e-3, 2e-3), 1.0)
       << case_name(c) << ": lse max |err| " << max_abs_error(lse_got, lse_want);
   RecordProperty("out_rel_l2", std::to_string(out_err));
