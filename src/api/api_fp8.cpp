@@ -8,8 +8,8 @@
 #include <string>
 
 #include "api/device.hpp"
-#include "api/heuristics.hpp"
 #include "api/fp8_varlen.hpp"
+#include "api/heuristics.hpp"
 #include "api/index_checks.hpp"
 #include "api/instantiations.hpp"
 #include "api/messages.hpp"

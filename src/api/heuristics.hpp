@@ -30,9 +30,10 @@ bool causal_fold_order(int block_m);
 // sequence (sm90/ws/varlen_tile_order.hpp). On unless forced off.
 bool varlen_balanced_order();
 
-// attention_fp8's key tile (Fp8AttnProblem::key_tile): 0 (128 keys, K descales per 128 rows) or
-// sm90::fp8::kWideKeyBlock (224 keys, K quantised in 224-row blocks), head_dim 128 fixed-length
-// only. HOPATTN_FP8_KEY_TILE=224 asks for the wide tile where it exists, 128 forces 0.
+// The FP8 key tile (Fp8AttnProblem::key_tile) of attention_fp8, and of forward_fp8 when K's
+// descales are per head: 0 (128 keys) or sm90::fp8::kWideKeyBlock (224 keys; attention_fp8 then
+// quantises K in 224-row blocks), head_dim 128 fixed-length only, from 8192 keys.
+// HOPATTN_FP8_KEY_TILE=224 asks for the wide tile where it exists, 128 forces 0.
 int fp8_key_tile(int64_t head_dim, int64_t seqlen_k, bool varlen);
 
 // Key tile (keys per pipeline stage) of the d128 non-causal FlashAttention-3 kernel; 0 means the

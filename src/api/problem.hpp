@@ -114,7 +114,8 @@ struct Fp8AttnProblem {
   int64_t k_descale_stride[3] = {0, 0, 0};
   int64_t v_descale_stride[2] = {0, 0};
   // 0: 128-key tiles, K descales per 128 rows (kQuantBlock) or per head. fp8::kWideKeyBlock (head_dim
-  // 128, fixed length, the one-call path only): 224-key tiles, K descales per 224 rows or per head.
+  // 128, fixed length; attention_fp8, or forward_fp8 with per-head K descales): 224-key tiles, K
+  // descales per 224 rows or per head.
   int key_tile = 0;
   // V^T holds V M (M = random_rotation(head_dim, o_rotation_seed)): the kernel writes O M^T.
   bool unrotate_o = false;

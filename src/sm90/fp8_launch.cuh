@@ -24,7 +24,7 @@ cudaError_t run_fwd_fp8(const Fp8AttnProblem& prob, cudaStream_t stream) {
                      : ws::launch_ws_config<Fp8FwdConfig<kOutDType, kHeadDim, false, kStageE, 0, 0, true>>(prob, pr, stream);
   }
   if constexpr (kHeadDim == 128) {
-    if (prob.key_tile == fp8::kWideKeyBlock) {  // the one-call path's K blocks of 224 rows
+    if (prob.key_tile == fp8::kWideKeyBlock) {  // K descales per 224 rows or per head
       constexpr int kN = fp8::kWideKeyBlock;
       return pr.causal ? ws::launch_ws_config<Fp8FwdConfig<kOutDType, kHeadDim, true, kStageE, kN>>(prob, pr, stream)
                        : ws::launch_ws_config<Fp8FwdConfig<kOutDType, kHeadDim, false, kStageE, kN>>(prob, pr, stream);

@@ -16,9 +16,10 @@ namespace hopattn::sm90::fp8 {
 // reads one descale.
 constexpr int kQuantBlock = 128;
 
-// The d128 one-call path's wider key tile (FlashAttention-3's FP8 d128 tile is 128 x 224): fewer
-// key-block iterations per tile, so fewer per-block softmax and barrier costs per FLOP. K is then
-// quantised in blocks of 224 rows, one descale per key tile. Q keeps 128-row blocks, and V^T its
+// The d128 wider key tile (FlashAttention-3's FP8 d128 tile is 128 x 224): fewer key-block
+// iterations per tile, so fewer per-block softmax and barrier costs per FLOP. attention_fp8 then
+// quantises K in blocks of 224 rows, one descale per key tile (forward_fp8 takes it only with
+// per-head K descales). Q keeps 128-row blocks, and V^T its
 // 128-key padding (a 224-key tile past the padding reads TMA's zero fill).
 constexpr int kWideKeyBlock = 224;
 
