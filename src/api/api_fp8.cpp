@@ -26,7 +26,7 @@ using detail::check_workspace;
 using detail::kWorkspaceAlign;
 std::size_t align_up(std::size_t bytes) { return (bytes + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign; }
 
-int64_t fp8_blocks(int64_t rows) { return (rows + kFp8BlockRows - 1) / kFp8BlockRows; }
+int64_t fp8_blocks(int64_t rows, int64_t block_rows = kFp8BlockRows) { return (rows + block_rows - 1) / block_rows; }
 
 // Rows of q and k over the whole batch: batch * seqlen, or the packed totals (varlen problems, whose
 // seqlen_q/seqlen_k are the max_seqlen bounds; to_attn_problem).
@@ -80,9 +80,8 @@ AttentionFp8Workspace plan_workspace(const AttnProblem& p, const QuantOptions& o
   if (!runs_kernel(p)) return w;
   w.key_tile = heuristics::fp8_key_tile(p.head_dim, p.seqlen_k, p.varlen());
   static_assert(sm90::fp8::kWideKeyBlock == 224, "heuristics::fp8_key_tile names the wide tile as 224");
-  const int64_t k_block = w.key_tile != 0 ? w.key_tile : kFp8BlockRows;
   w.nq = o.block_quant ? fp8_blocks(p.seqlen_q) : 1;
-  w.nk = o.block_quant ? (p.seqlen_k + k_block - 1) / k_block : 1;
+  w.nk = o.block_quant ? fp8_blocks(p.seqlen_k, w.key_tile != 0 ? w.key_tile : kFp8BlockRows) : 1;
   std::size_t at = 0;
   auto take = [&](std::size_t bytes) {
     const std::size_t offset = at;
