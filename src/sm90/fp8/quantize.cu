@@ -144,11 +144,14 @@ __device__ __forceinline__ void rotate8(float (&x)[8], uint32_t signs, float inv
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int m = 1; m < kLanes; m <<= 1) {
-    const bool upper = (lane & m) != 0;  // holds b of the pair (a, b) -> (a + b, a - b)
+    // The lane holding b of the pair (a, b) -> (a + b, a - b) computes o - x = fma(-1, x, o), the
+    // other x + o = fma(1, x, o): one FFMA with the same rounding as the add or subtract (the
+    // product by +-1 is exact), where `upper ? o - x : x + o` compiled to FADD, FADD and FSEL.
+    const float sign = (lane & m) != 0 ? -1.f : 1.f;
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
       const float o = __shfl_xor_sync(0xFFFFFFFFu, x[j], m);
-      x[j] = upper ? o - x[j] : x[j] + o;
+      x[j] = __fmaf_rn(sign, x[j], o);
     }
   }
 #pragma unroll
