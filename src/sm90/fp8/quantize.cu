@@ -57,15 +57,17 @@ __device__ __forceinline__ uint64_t splitmix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// Bit j set iff head-dim element 8 * chunk + j gets the sign -1 (hopattn.fp8_reference.rotation_signs).
-__device__ uint32_t sign_mask(uint32_t seed, int chunk) {
-  uint32_t m = 0;
-#pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    const uint64_t z = splitmix64((static_cast<uint64_t>(seed) << 32) + static_cast<uint64_t>(8 * chunk + j));
-    m |= static_cast<uint32_t>(z >> 63) << j;
+// The rotation's signs of the head_dim elements (a multiple of 32 here), one bit each (element e:
+// bit e % 32 of word e / 32; set = -1, hopattn.fp8_reference.rotation_signs), computed once per CTA
+// by its first head_dim / 32 warps: splitmix64 is some 20 instructions, too many to spend per
+// element of every row.
+__device__ void fill_sign_bits(uint32_t seed, int head_dim, uint32_t* bits) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (warp < head_dim / 32) {
+    const uint64_t z = splitmix64((static_cast<uint64_t>(seed) << 32) + static_cast<uint64_t>(32 * warp + lane));
+    const uint32_t word = __ballot_sync(0xFFFFFFFFu, (z >> 63) != 0);
+    if (lane == 0) bits[warp] = word;
   }
-  return m;
 }
 
 // 448 / amax (capped so a tiny amax cannot make it inf), 0 for an all-zero block.
@@ -125,37 +127,65 @@ __device__ __forceinline__ void store8(uint8_t* p, uint2 v, bool vec) {
   }
 }
 
-// x @ M for one row held by kLanes consecutive lanes, 8 elements each (lane chunk c holds elements
-// 8c .. 8c+7): signs, then the Walsh-Hadamard butterflies on element bits 0, 1, 2 in registers and
-// bits 3.. across lanes (shfl.xor on the chunk bit), then 1/sqrt(d). Every lane of the warp must call it.
-template <int kLanes>
-__device__ __forceinline__ void rotate8(float (&x)[8], uint32_t signs, float inv_sqrt_d) {
+// The elements of one row a thread holds: kChunks chunks of 8 (slot i = chunk chunk_of(i, l) for
+// lane l of the row's kLanes lanes). Adjacent slot pairs are adjacent chunks, so a lane stores 16
+// contiguous code bytes; any assignment of element bits to slots and lanes is a valid Hadamard
+// butterfly order, since the butterflies on different bits commute.
+template <int kLanes, int kChunks>
+struct RowSlots {
+  static constexpr int kPair = kChunks >= 2 ? 2 : 1;
+  static __device__ __forceinline__ int chunk_of(int i, int l) { return (i / kPair) * (kPair * kLanes) + kPair * l + i % kPair; }
+};
+
+// x @ (diag(signs) H) for one row over kLanes lanes x kChunks slots (without the 1/sqrt(d), which
+// the caller folds into the quantisation scale): signs, then the Walsh-Hadamard butterflies on the
+// element bits held in registers (the 8 of a chunk, then across slots) and, last, the lane bits
+// through shfl.xor. Few lanes a row keep the shuffles, at one warp-wide SHFL per clock per SM the
+// bottleneck of a one-chunk-per-lane layout (4 per element at d128), to one per element.
+template <int kLanes, int kChunks>
+__device__ __forceinline__ void rotate_row(float (&x)[kChunks][8], const uint32_t* sign_bits, int lane_in_row) {
+  using Slots = RowSlots<kLanes, kChunks>;
 #pragma unroll
-  for (int j = 0; j < 8; ++j) x[j] = __uint_as_float(__float_as_uint(x[j]) ^ (((signs >> j) & 1u) << 31));
+  for (int i = 0; i < kChunks; ++i) {
+    const int c = Slots::chunk_of(i, lane_in_row);
+    const uint32_t s8 = sign_bits[c / 4] >> (8 * (c % 4));
 #pragma unroll
-  for (int h = 1; h < 8; h <<= 1)
+    for (int j = 0; j < 8; ++j) x[i][j] = __uint_as_float(__float_as_uint(x[i][j]) ^ ((s8 << (31 - j)) & 0x80000000u));
 #pragma unroll
-    for (int j = 0; j < 8; ++j)
-      if ((j & h) == 0) {
-        const float a = x[j], b = x[j + h];
-        x[j] = a + b;
-        x[j + h] = a - b;
-      }
-  const int lane = threadIdx.x & 31;
+    for (int h = 1; h < 8; h <<= 1)
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+        if ((j & h) == 0) {
+          const float a = x[i][j], b = x[i][j + h];
+          x[i][j] = a + b;
+          x[i][j + h] = a - b;
+        }
+  }
+#pragma unroll
+  for (int h = 1; h < kChunks; h <<= 1)
+#pragma unroll
+    for (int i = 0; i < kChunks; ++i)
+      if ((i & h) == 0)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          const float a = x[i][j], b = x[i + h][j];
+          x[i][j] = a + b;
+          x[i + h][j] = a - b;
+        }
 #pragma unroll
   for (int m = 1; m < kLanes; m <<= 1) {
     // The lane holding b of the pair (a, b) -> (a + b, a - b) computes o - x = fma(-1, x, o), the
-    // other x + o = fma(1, x, o): one FFMA with the same rounding as the add or subtract (the
-    // product by +-1 is exact), where `upper ? o - x : x + o` compiled to FADD, FADD and FSEL.
-    const float sign = (lane & m) != 0 ? -1.f : 1.f;
+    // other x + o = fma(1, x, o): one FFMA with the rounding of the add or subtract (the product by
+    // +-1 is exact), where `upper ? o - x : x + o` compiled to FADD, FADD and FSEL.
+    const float sign = (lane_in_row & m) != 0 ? -1.f : 1.f;
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const float o = __shfl_xor_sync(0xFFFFFFFFu, x[j], m);
-      x[j] = __fmaf_rn(sign, x[j], o);
-    }
+    for (int i = 0; i < kChunks; ++i)
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float o = __shfl_xor_sync(0xFFFFFFFFu, x[i][j], m);
+        x[i][j] = __fmaf_rn(sign, x[i][j], o);
+      }
   }
-#pragma unroll
-  for (int j = 0; j < 8; ++j) x[j] *= inv_sqrt_d;
 }
 
 // Rows of sequence / batch entry b: [first, first + len) of the packed tensor (cu given; values
@@ -189,23 +219,25 @@ struct RowsParams {
   const int32_t* cu = nullptr;  // packed rows (QuantizeRowsProblem::cu_seqlens), else null
   int64_t total_rows = 0;
   int head_dim = 0;
-  bool rotate = false, vec_in = false, vec_out = false;
+  bool rotate = false, vec_in = false, vec_out = false, vec_out16 = false;
   uint32_t seed = 0;
   float inv_sqrt_d = 1.f;
 };
 
-// A row is kLanes lanes x 8 elements (kLanes = head_dim / 8 rounded up to a power of two; lanes
-// past head_dim idle). A CTA owns one 128-row tile of one (batch, head) and keeps it in registers
-// (kIters x 8 fp32 per thread, 64 at most) while the CTA reduces the amax, so `in` is read once.
+// A CTA owns one tile of kBlockRows rows of one (batch, head), one row per kLanes lanes, and keeps
+// it in registers (kChunks x 8 fp32 per thread, 64 at most) while the CTA reduces the amax, so `in`
+// is read once. kPadChunks: head_dim / 8 rounded up to a power of two (chunks past head_dim idle).
+// kLanes is 2 (4 from 32 chunks, to stay at 64 values a thread): the rotation's cross-lane
+// butterflies cost a shuffle per element and stage, and shuffles (one warp-wide SHFL per clock per
+// SM) bounded the d128 pass with 16 lanes a row (docs/perf-notes.md, "quantiser lanes").
 // kBlockRows: rows per tile and per descale block, kQuantBlock or (K of the d128 one-call path)
-// kWideKeyBlock; the wide tile takes 512 threads so that each thread still holds 7-8 sweeps.
-template <int kLanes, int kBlockRows = kQuantBlock>
+// kWideKeyBlock.
+template <int kPadChunks, int kBlockRows = kQuantBlock>
 struct RowsShape {
-  static constexpr int kThreads = kLanes == 32 || kBlockRows != kQuantBlock ? 512 : 256;
-  static constexpr int kRowsPerWarp = 32 / kLanes;
-  static constexpr int kRowsPerIter = kThreads / 32 * kRowsPerWarp;
-  static constexpr int kIters = kBlockRows / kRowsPerIter;
-  static_assert(kIters * kRowsPerIter == kBlockRows, "a tile must be a whole number of row sweeps");
+  static constexpr int kLanes = kPadChunks >= 32 ? 4 : 2;
+  static constexpr int kChunks = kPadChunks / kLanes;
+  static constexpr int kThreads = kBlockRows * kLanes;  // 256, 448 (wide) or 512 (head_dim > 128)
+  static_assert(kChunks >= 1 && kChunks * 8 <= 64 && kThreads % 32 == 0 && kThreads <= 1024, "row layout");
 };
 
 template <int kThreads>
@@ -221,21 +253,29 @@ __device__ __forceinline__ float block_max(float v, float* warp_max) {
   return v;  // every thread has it; warp_max may be rewritten only after another __syncthreads
 }
 
-template <DType kT, int kLanes, RowsMode kMode, int kBlockRows = kQuantBlock>
-__global__ void __launch_bounds__(RowsShape<kLanes, kBlockRows>::kThreads) quantize_rows_kernel(const RowsParams p) {
-  using Shape = RowsShape<kLanes, kBlockRows>;
+template <DType kT, int kPadChunks, RowsMode kMode, bool kRotate, int kBlockRows = kQuantBlock>
+__global__ void __launch_bounds__(RowsShape<kPadChunks, kBlockRows>::kThreads) quantize_rows_kernel(const RowsParams p) {
+  using Shape = RowsShape<kPadChunks, kBlockRows>;
+  using Slots = RowSlots<Shape::kLanes, Shape::kChunks>;
+  constexpr int kChunks = Shape::kChunks;
   __shared__ float warp_max[Shape::kThreads / 32];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int chunk = lane % kLanes;
-  const int row_in_sweep = warp * Shape::kRowsPerWarp + lane / kLanes;
-  const bool chunk_active = chunk * 8 < p.head_dim;
-  const uint32_t signs = p.rotate ? sign_mask(p.seed, chunk) : 0u;
+  __shared__ uint32_t sign_bits[kRotate ? kMaxHeadDim / 32 : 1];
+  const int lane_in_row = threadIdx.x % Shape::kLanes;
+  const int row_in_tile = threadIdx.x / Shape::kLanes;
+  if constexpr (kRotate) {
+    fill_sign_bits(p.seed, p.head_dim, sign_bits);
+    __syncthreads();
+  }
+  // The rotation's 1/sqrt(d) rides on the amax and the code scale rather than on every element:
+  // max(|x|) * c rounds to the max of the rounded |x| * c (rounding is monotone), so the descale is
+  // unchanged and a code moves by at most one where x * (c * scale) rounds differently.
+  const float post = kRotate ? p.inv_sqrt_d : 1.f;
 
   for (int64_t tile = blockIdx.x; tile < p.ntiles; tile += gridDim.x) {
     const TileCoord tc = tile_coord(tile, p.nblocks, p.ntiles / p.nblocks, p.cu != nullptr);
     const int64_t bh = tc.pair, blk = tc.block;
     const int64_t b = bh / p.heads, h = bh - b * p.heads;
-    const int64_t row0 = blk * kBlockRows + row_in_sweep;
+    const int64_t s = blk * kBlockRows + row_in_tile;
     const RowRange rows = row_range(p.cu, p.total_rows, p.seqlen, b);
     if (p.cu != nullptr && blk * kBlockRows >= rows.len) {
       // Past the sequence (the same for the whole CTA, so no barrier is skipped by part of it): no
@@ -243,31 +283,50 @@ __global__ void __launch_bounds__(RowsShape<kLanes, kBlockRows>::kThreads) quant
       if (kMode == RowsMode::kBlockScale && threadIdx.x == 0) p.scales[bh * p.nblocks + blk] = quant_descale(0.f);
       continue;
     }
+    const bool row_active = s < rows.len;
     const int64_t in_at = p.cu == nullptr ? b * p.in_stride[0] : rows.first * p.in_stride[1];
-    const uint8_t* in = p.in + 2 * (in_at + h * p.in_stride[2] + 8 * chunk);
+    const uint8_t* in = p.in + 2 * (in_at + h * p.in_stride[2] + s * p.in_stride[1]);
 
-    // All loads first (kIters in flight), then convert, rotate and take |max|.
-    uint4 raw[Shape::kIters];
+    // All loads first (kChunks 16-byte loads in flight), then convert, rotate and take |max|.
+    uint4 raw[kChunks];
 #pragma unroll
-    for (int it = 0; it < Shape::kIters; ++it) {
-      const int64_t s = row0 + it * Shape::kRowsPerIter;
-      raw[it] = chunk_active && s < rows.len ? load16x8(in + 2 * s * p.in_stride[1], p.vec_in) : make_uint4(0, 0, 0, 0);
+    for (int i = 0; i < kChunks; ++i) {
+      const int c = Slots::chunk_of(i, lane_in_row);
+      raw[i] = row_active && c * 8 < p.head_dim ? load16x8(in + 16 * c, p.vec_in) : make_uint4(0, 0, 0, 0);
     }
-    float x[Shape::kIters][8];
+    // Rotated rows live as fp32 until the codes are written; unrotated ones stay packed 16-bit and
+    // are converted again for the codes (an instruction an element), half the registers.
+    float x[kRotate ? kChunks : 1][8];
     float tmax = 0.f;
+    if constexpr (kRotate) {
 #pragma unroll
-    for (int it = 0; it < Shape::kIters; ++it) {
-      to_float8<kT>(raw[it], x[it]);
-      if (p.rotate) rotate8<kLanes>(x[it], signs, p.inv_sqrt_d);  // rows past seqlen stay 0
+      for (int i = 0; i < kChunks; ++i) to_float8<kT>(raw[i], x[i]);
+      rotate_row<Shape::kLanes, kChunks>(x, sign_bits, lane_in_row);  // rows past seqlen stay 0
 #pragma unroll
-      for (int j = 0; j < 8; ++j) tmax = fmaxf(tmax, fabsf(x[it][j]));
+      for (int i = 0; i < kChunks; ++i)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) tmax = fmaxf(tmax, fabsf(x[i][j]));
+    } else if constexpr (kMode != RowsMode::kHeadScale) {
+#pragma unroll
+      for (int i = 0; i < kChunks; ++i) {
+        float v[8];
+        to_float8<kT>(raw[i], v);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) tmax = fmaxf(tmax, fabsf(v[j]));
+      }
     }
+    const auto codes = [&](int i, float scale) {
+      if constexpr (kRotate) return to_e4m3x8(x[i], scale);
+      float v[8];
+      to_float8<kT>(raw[i], v);
+      return to_e4m3x8(v, scale);
+    };
 
     float amax;
     if constexpr (kMode == RowsMode::kHeadScale) {
       amax = p.scales[bh];
     } else {
-      amax = block_max<Shape::kThreads>(tmax, warp_max);
+      amax = block_max<Shape::kThreads>(tmax, warp_max) * post;
       if constexpr (kMode == RowsMode::kHeadAmax) {
         // Non-negative floats order like their bit patterns; the scratch starts at +0.
         if (threadIdx.x == 0 && amax > 0.f) atomicMax(reinterpret_cast<int*>(p.scales + bh), __float_as_int(amax));
@@ -280,15 +339,27 @@ __global__ void __launch_bounds__(RowsShape<kLanes, kBlockRows>::kThreads) quant
     }
 
     if constexpr (kMode != RowsMode::kHeadAmax) {
-      const float scale = quant_scale(amax);
+      const float scale = quant_scale(amax) * post;
       const bool zero = !(amax > 0.f);  // an all-zero block is written as +0, never -0
       const int64_t out_at = p.cu == nullptr ? b * p.out_stride[0] : rows.first * p.out_stride[1];
-      uint8_t* out = p.out + out_at + h * p.out_stride[2] + 8 * chunk;
+      uint8_t* out = p.out + out_at + h * p.out_stride[2] + s * p.out_stride[1];
+      if (row_active) {
 #pragma unroll
-      for (int it = 0; it < Shape::kIters; ++it) {
-        const int64_t s = row0 + it * Shape::kRowsPerIter;
-        if (chunk_active && s < rows.len)
-          store8(out + s * p.out_stride[1], zero ? make_uint2(0, 0) : to_e4m3x8(x[it], scale), p.vec_out);
+        for (int i = 0; i < kChunks; i += Slots::kPair) {
+          // A pair's first chunk is even, and head_dim % 16 == 0: both chunks are in or both out.
+          const int c = Slots::chunk_of(i, lane_in_row);
+          if (c * 8 >= p.head_dim) continue;
+          const uint2 lo = zero ? make_uint2(0, 0) : codes(i, scale);
+          if constexpr (Slots::kPair == 2) {
+            const uint2 hi = zero ? make_uint2(0, 0) : codes(i + 1, scale);
+            if (p.vec_out16) {
+              *reinterpret_cast<uint4*>(out + 8 * c) = make_uint4(lo.x, lo.y, hi.x, hi.y);
+              continue;
+            }
+            store8(out + 8 * (c + 1), hi, p.vec_out);
+          }
+          store8(out + 8 * c, lo, p.vec_out);
+        }
       }
     }
   }
@@ -301,10 +372,10 @@ __global__ void amax_to_descale_kernel(float* scales, int64_t n) {
     scales[i] = quant_descale(scales[i]);
 }
 
-template <DType kT, RowsMode kMode, int kLanes, int kBlockRows = kQuantBlock>
-cudaError_t launch_rows_lanes(const RowsParams& p, cudaStream_t stream) {
-  constexpr int kThreads = RowsShape<kLanes, kBlockRows>::kThreads;
-  const auto kernel = quantize_rows_kernel<kT, kLanes, kMode, kBlockRows>;
+template <DType kT, RowsMode kMode, int kPadChunks, bool kRotate, int kBlockRows = kQuantBlock>
+cudaError_t launch_rows_chunks(const RowsParams& p, cudaStream_t stream) {
+  constexpr int kThreads = RowsShape<kPadChunks, kBlockRows>::kThreads;
+  const auto kernel = quantize_rows_kernel<kT, kPadChunks, kMode, kRotate, kBlockRows>;
   const unsigned grid = pass_grid(kernel, kThreads, p.ntiles, p.cu != nullptr);
   kernel<<<grid, kThreads, 0, stream>>>(p);
   return cudaGetLastError();
@@ -313,11 +384,16 @@ cudaError_t launch_rows_lanes(const RowsParams& p, cudaStream_t stream) {
 template <DType kT, RowsMode kMode>
 cudaError_t launch_rows(const RowsParams& p, cudaStream_t stream) {
   const int chunks = p.head_dim / 8;
-  if (chunks <= 2) return launch_rows_lanes<kT, kMode, 2>(p, stream);
-  if (chunks <= 4) return launch_rows_lanes<kT, kMode, 4>(p, stream);
-  if (chunks <= 8) return launch_rows_lanes<kT, kMode, 8>(p, stream);
-  if (chunks <= 16) return launch_rows_lanes<kT, kMode, 16>(p, stream);
-  return launch_rows_lanes<kT, kMode, 32>(p, stream);
+  if (p.rotate) {  // head_dim 64, 128 or 256 (quantize_rows checks)
+    if (chunks == 8) return launch_rows_chunks<kT, kMode, 8, true>(p, stream);
+    if (chunks == 16) return launch_rows_chunks<kT, kMode, 16, true>(p, stream);
+    return launch_rows_chunks<kT, kMode, 32, true>(p, stream);
+  }
+  if (chunks <= 2) return launch_rows_chunks<kT, kMode, 2, false>(p, stream);
+  if (chunks <= 4) return launch_rows_chunks<kT, kMode, 4, false>(p, stream);
+  if (chunks <= 8) return launch_rows_chunks<kT, kMode, 8, false>(p, stream);
+  if (chunks <= 16) return launch_rows_chunks<kT, kMode, 16, false>(p, stream);
+  return launch_rows_chunks<kT, kMode, 32, false>(p, stream);
 }
 
 template <RowsMode kMode>
@@ -325,11 +401,14 @@ cudaError_t launch_rows_dtype(DType t, const RowsParams& p, cudaStream_t stream)
   return t == DType::kBF16 ? launch_rows<DType::kBF16, kMode>(p, stream) : launch_rows<DType::kFP16, kMode>(p, stream);
 }
 
-// Block scales in tiles of kWideKeyBlock rows: head_dim 128 (16 lanes a row) only, fixed length.
+// Block scales in tiles of kWideKeyBlock rows: head_dim 128 (16 chunks a row) only, fixed length.
 cudaError_t launch_wide_block_rows(DType t, const RowsParams& p, cudaStream_t stream) {
   constexpr RowsMode kMode = RowsMode::kBlockScale;
-  return t == DType::kBF16 ? launch_rows_lanes<DType::kBF16, kMode, 16, kWideKeyBlock>(p, stream)
-                           : launch_rows_lanes<DType::kFP16, kMode, 16, kWideKeyBlock>(p, stream);
+  if (p.rotate)
+    return t == DType::kBF16 ? launch_rows_chunks<DType::kBF16, kMode, 16, true, kWideKeyBlock>(p, stream)
+                             : launch_rows_chunks<DType::kFP16, kMode, 16, true, kWideKeyBlock>(p, stream);
+  return t == DType::kBF16 ? launch_rows_chunks<DType::kBF16, kMode, 16, false, kWideKeyBlock>(p, stream)
+                           : launch_rows_chunks<DType::kFP16, kMode, 16, false, kWideKeyBlock>(p, stream);
 }
 
 cudaError_t finish_descale(float* scales, int64_t n, cudaStream_t stream) {
@@ -500,6 +579,7 @@ cudaError_t quantize_rows(const QuantizeRowsProblem& p, cudaStream_t stream) {
   r.rotate = p.rotate;
   r.vec_in = aligned(p.in, p.in_stride, 2, 16);
   r.vec_out = aligned(p.out, p.out_stride, 1, 8);
+  r.vec_out16 = aligned(p.out, p.out_stride, 1, 16);
   r.seed = p.seed;
   r.inv_sqrt_d = static_cast<float>(1.0 / std::sqrt(static_cast<double>(p.head_dim)));
 
