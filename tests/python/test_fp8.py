@@ -839,3 +839,14 @@ def test_fp8_accuracy_torch_simulation_matches_numpy_model():
                                f8.attention_fp64(q, k, v), rtol=1e-10, atol=1e-12)
     rounded = acc.attention_fp64(torch, qt, kt, vt, round_p=lambda t: acc.round_p_sim(torch, t))
     np.testing.assert_allclose(rounded.numpy(), f8.attention_from_fp8(q, k, v), rtol=1e-9, atol=1e-12)
+
+
+def test_fp8_prepass_arguments_and_kernel_names():
+    pre = _bench_module("fp8_prepass")
+    args = pre.parse_args([])
+    assert args.rows == 65536 and args.calls == 20 and args.seqlens == "1024,2048"
+    args = pre.parse_args(["--rows", "4096", "--calls", "5", "--seqlens", "4096"])
+    assert (args.rows, args.calls, args.seqlens) == (4096, 5, "4096")
+    name = "void hopattn::sm90::fp8::(anonymous namespace)::quantize_rows_kernel<(hopattn::DType)0, 16>(RowsParams)"
+    assert pre.short(name) == "void fp8::quantize_rows_kernel<(hopattn::DType)0, 16>(RowsParams)"
+    assert len(pre.short("x" * 200)) == 90
