@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "sm90/fp8/layout.hpp"
+#include "sm90/fp8/unrotate.cuh"  // rotation_sign_bit, the signs' one device definition
 #include "sm90/launch_util.hpp"
 
 namespace hopattn::sm90::fp8 {
@@ -50,22 +51,14 @@ unsigned pass_grid(Kernel kernel, int threads, int64_t ntiles, bool packed) {
 
 // ---- scalar helpers ----------------------------------------------------------------------------
 
-__device__ __forceinline__ uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
-// The rotation's signs of the head_dim elements (a multiple of 32 here), one bit each (element e:
-// bit e % 32 of word e / 32; set = -1, hopattn.fp8_reference.rotation_signs), computed once per CTA
-// by its first head_dim / 32 warps: splitmix64 is some 20 instructions, too many to spend per
-// element of every row.
+// The rotation's signs of the head_dim elements (a multiple of 32 here), one bit each: the words
+// of sign_word (unrotate.cuh), computed once per CTA by its first head_dim / 32 warps, a lane per element and a
+// ballot per word (rotation_sign_bit is some 20 instructions, too many to spend per element of
+// every row).
 __device__ void fill_sign_bits(uint32_t seed, int head_dim, uint32_t* bits) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   if (warp < head_dim / 32) {
-    const uint64_t z = splitmix64((static_cast<uint64_t>(seed) << 32) + static_cast<uint64_t>(32 * warp + lane));
-    const uint32_t word = __ballot_sync(0xFFFFFFFFu, (z >> 63) != 0);
+    const uint32_t word = __ballot_sync(0xFFFFFFFFu, rotation_sign_bit(seed, 32 * warp + lane));
     if (lane == 0) bits[warp] = word;
   }
 }
