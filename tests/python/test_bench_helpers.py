@@ -302,3 +302,15 @@ def test_bwd_launch_model_order_and_prediction():
         sec = m.l2_section(s * 128 * 8, 16384 // s * 16)
         assert m.efficiency(s, 128, 1, 132, 2.4, 5.0) < 0.95
         assert m.efficiency(s, 128, sec, 132, 2.4, 5.0) > 0.98
+
+
+def test_ncu_shape_arguments_and_shape():
+    ncu_shape = importlib.import_module("ncu_shape")
+    args = ncu_shape.parse_args([])
+    assert (args.op, args.hdim, args.seqlen, args.causal, args.warmup, args.calls) == ("attention_fp8", 128, 4096, False, 2, 1)
+    assert ncu_shape.shape(args) == (4, 4096, 16, 128)  # 16k tokens, hidden 2048
+    args = ncu_shape.parse_args(["--op", "backward", "--hdim", "64", "--seqlen", "1024", "--causal"])
+    assert ncu_shape.shape(args) == (16, 1024, 32, 64) and args.causal
+    for bad in (["--seqlen", "3000"], ["--seqlen", "0"], ["--calls", "0"], ["--op", "nope"], ["--hdim", "96"]):
+        with pytest.raises(SystemExit):
+            ncu_shape.parse_args(bad)
