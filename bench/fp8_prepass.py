@@ -11,6 +11,8 @@
 import argparse
 import time
 
+import common  # bench/, beside this script
+
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__)
@@ -60,9 +62,8 @@ def main(argv=None):
                 gbs = x.numel() * (3 if block else 5) / us / 1e3
                 print(f"| d{d} | {args.rows} x 2048 | {int(rotate)} | {'block' if block else 'head'} | {us:.1f} | {gbs:.0f} |")
 
-    for s in (int(v) for v in args.seqlens.split(",")):
-        b = max(1, 16384 // s)
-        q, k, v = (torch.randn(b, s, 16, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    for s in common.parse_int_list(args.seqlens):
+        b, _, _, q, k, v = common.probe_inputs(torch, "fwd", 128, s, False, seed=0)  # 16 heads
         for causal in (False, True):
             ks, total, wall = kernel_us(torch, lambda: hopattn.attention_fp8(q, k, v, causal=causal), args.calls)
             print(f"\nattention_fp8 d128 b={b} s={s} h=16 causal={int(causal)}: wall {wall:.1f} µs per call, "
