@@ -9,8 +9,9 @@
 #   backward       the forward, then the backward of sum(out * dout) through autograd
 # Per-instruction stall sampling of the FP8 d128 kernel (docs/gpu.md, "Profiling one kernel"):
 #   ncu --kernel-name regex:fwd_ws_kernel --launch-skip 2 --launch-count 1 \
-#       --section WarpStateStats --section SourceCounters --print-details all \
+#       --section WarpStateStats --section SourceCounters --import-source no -o /tmp/fp8 -f \
 #       python3 bench/ncu_shape.py --op forward_fp8 --hdim 128 --seqlen 4096
+#   ncu -i /tmp/fp8.ncu-rep --page source --csv --print-source sass > fp8-sass.csv
 import argparse
 
 import common  # bench/common.py, beside this script

@@ -42,6 +42,25 @@ __device__ __forceinline__ void wgmma_issue(TiledMma& mma, TA& a, const TB& b, T
   if constexpr (kRegA) warpgroup_fence_operand(a);
 }
 
+// Keeps the P fragment's registers allocated until the caller's warpgroup_wait<0>: call it right
+// before that wait, with `never` a value the softmax just computed that is never negative.
+// Why: the P V GEMM in flight during the softmax reads P from registers (the RS form), but in PTX
+// P's last use is the wgmma itself. ptxas then gives P's registers to the softmax's temporaries
+// and meets the hazard by hoisting `wgmma.wait_group 0` to the start of the softmax, so each
+// softmax first waits for its own P V (scripts/sass_overlap.py counts it). A store of every P word
+// in a branch never taken, guarded by a softmax result, is a use ptxas can neither drop nor hoist,
+// so P keeps its registers and the wait stays after the softmax. Cost: an FSETP and a branch per
+// key block. Whether the overlap pays depends on the configuration (Cfg::kHoldP): measured, it
+// helps bf16 d256 and costs FP8 (docs/perf-notes.md, "P's registers held until the wait").
+template <class FragP>
+__device__ __forceinline__ void hold_p_registers(const FragP& tOrP, float never) {
+  auto words = cute::recast<uint32_t>(tOrP);
+  if (never < 0.f) {
+    CUTE_UNROLL
+    for (int i = 0; i < cute::size(words); ++i) asm volatile("st.shared.b32 [%0], %1;" ::"r"(4 * i), "r"(words(i)));
+  }
+}
+
 // The FP8 P operand: an m64nNk32 e4m3 WGMMA's A fragment is ((4 k, 2 rows, 2 k-halves), MMA_M,
 // N/32) per thread, holding columns 4t..4t+3 and 16+4t..16+4t+3 of each 32. The fp32 accumulator
 // holds columns 2t, 2t+1 (+8j). Rather than exchanging bytes between threads, each thread packs its
@@ -615,6 +634,7 @@ struct FwdMainloop {
         q_read_done(n);
         float factor[kRowsPerThread];
         masked_softmax(n, factor);
+        if constexpr (Cfg::kHoldP) hold_p_registers(tOrP, factor[0]);  // factor: exp2 of a difference <= 0, or 1
         warpgroup_wait<0>();
         pipe_v.consumer_release(st_v);
         softmax.rescale(o_rc, factor);

@@ -1,0 +1,35 @@
+# scripts/sass_overlap.py's SASS parsing, on a hand-written cuobjdump excerpt.
+import importlib.util
+import pathlib
+
+_PATH = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "sass_overlap.py"
+_SPEC = importlib.util.spec_from_file_location("sass_overlap", _PATH)
+sass_overlap = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(sass_overlap)
+
+_SASS = """
+	code for sm_90a
+		Function : _ZN7hopattn4sm902ws13fwd_ws_kernelINS1_A
+        /*0010*/                   WARPGROUP.DEPBAR.LE gsb0, 0x1 ;
+        /*0020*/                   MUFU.EX2 R1, R1 ;
+        /*0030*/                   MUFU.EX2 R2, R2 ;
+        /*0040*/                   WARPGROUP.DEPBAR.LE gsb0, 0x0 ;
+        /*0050*/                   MUFU.EX2 R3, R3 ;
+        /*0060*/                   WARPGROUP.DEPBAR.LE gsb0, 0x1 ;
+        /*0070*/                   WARPGROUP.DEPBAR.LE gsb0, 0x0 ;
+        /*0080*/                   MUFU.EX2 R4, R4 ;
+		Function : _ZN7hopattn4sm902ws13bwd_kernelB
+        /*0010*/                   WARPGROUP.DEPBAR.LE gsb0, 0x1 ;
+        /*0020*/                   MUFU.EX2 R1, R1 ;
+        /*0030*/                   WARPGROUP.DEPBAR.LE gsb0, 0x0 ;
+"""
+
+
+def test_counts_the_exponentials_between_each_wait_pair_of_forward_kernels_only():
+    counts = sass_overlap.overlap_counts(_SASS)
+    assert counts == {"_ZN7hopattn4sm902ws13fwd_ws_kernelINS1_A": [2, 0]}
+
+
+def test_an_unclosed_span_is_not_counted():
+    sass = "\n\t\tFunction : fwd_ws_kernelX\n WARPGROUP.DEPBAR.LE gsb0, 0x1 ;\n MUFU.EX2 R1, R1 ;\n"
+    assert sass_overlap.overlap_counts(sass) == {"fwd_ws_kernelX": []}
