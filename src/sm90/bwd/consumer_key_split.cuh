@@ -73,31 +73,22 @@ __device__ __forceinline__ void consume_key_split(const typename BwdKernel<Cfg>:
                                                                   si.seqlen_k, lo_offset, hi_offset,
                                                                   Mainloop::step_needs_mask(si, blk.n_block, m),
                                                                   mp.scale_log2, mp.softcap);
-        // D (and, with a softcap, lse) of this thread's query columns, read from shared memory
-        // before the dP^T wait: both came with the stage's Q and dO. Read after it, those loads
-        // are what ptxas hoists the wait for (to issue them early), which cut the exponentials'
-        // overlap with dP^T to 15 of 32 at d128 causal (docs/perf-notes.md, backward v14).
-        auto s_rc = ws::acc_rowcol(tSrS);
-        auto dp_rc = ws::acc_rowcol(tdPrdP);
-        constexpr int kCols = decltype(size<1>(dp_rc))::value;
-        float d_col[kCols], lse_col[kCols];
-        CUTE_UNROLL
-        for (int c = 0; c < kCols; ++c) {
-          d_col[c] = op.dpsum(get<1>(c_rc(0, c)), st.index());
-          if constexpr (Cfg::kSoftcap) lse_col[c] = op.lse(get<1>(c_rc(0, c)), st.index());
-        }
         warpgroup_wait<0>();  // dP^T done
         // dS^T = P^T * (dP^T - D), in place of dP^T.
+        auto s_rc = ws::acc_rowcol(tSrS);
+        auto dp_rc = ws::acc_rowcol(tdPrdP);
         CUTE_UNROLL
-        for (int c = 0; c < kCols; ++c) {
+        for (int c = 0; c < size<1>(dp_rc); ++c) {
+          const float d = op.dpsum(get<1>(c_rc(0, c)), st.index());
           CUTE_UNROLL
-          for (int r = 0; r < size<0>(dp_rc); ++r) dp_rc(r, c) = s_rc(r, c) * (dp_rc(r, c) - d_col[c]);
+          for (int r = 0; r < size<0>(dp_rc); ++r) dp_rc(r, c) = s_rc(r, c) * (dp_rc(r, c) - d);
         }
         if constexpr (Cfg::kSoftcap) {  // dS^T *= 1 - tanh^2 (softcap_grad)
           CUTE_UNROLL
-          for (int c = 0; c < kCols; ++c) {
+          for (int c = 0; c < size<1>(dp_rc); ++c) {
+            const float lse = op.lse(get<1>(c_rc(0, c)), st.index());
             CUTE_UNROLL
-            for (int r = 0; r < size<0>(dp_rc); ++r) dp_rc(r, c) *= softcap_grad(s_rc(r, c), lse_col[c], mp.softcap_t);
+            for (int r = 0; r < size<0>(dp_rc); ++r) dp_rc(r, c) *= softcap_grad(s_rc(r, c), lse, mp.softcap_t);
           }
         }
 
