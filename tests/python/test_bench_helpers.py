@@ -314,3 +314,23 @@ def test_ncu_shape_arguments_and_shape():
     for bad in (["--seqlen", "3000"], ["--seqlen", "0"], ["--calls", "0"], ["--op", "nope"], ["--hdim", "96"]):
         with pytest.raises(SystemExit):
             ncu_shape.parse_args(bad)
+
+
+def test_ncu_sass_summary_groups_samples_by_opcode():
+    import ncu_sass  # bench/ncu_sass.py
+
+    lines = [
+        '"Kernel Name","void k()",\n',
+        '"Address","Source","Warp Stall Sampling (All Samples)","Instructions Executed","stall_wait","stall_barrier","stall_wait (Not Issued)"\n',
+        '"0x10","      MUFU.EX2 R1, R1","7","32","6","1","5"\n',
+        '"0x20","@!P0  MUFU.EX2 R2, R2","3","32","3","0","3"\n',
+        '"0x30","      WARPGROUP.DEPBAR.LE gsb0, 0x0","9","4","0","9","0"\n',
+    ]
+    kernel, rows = ncu_sass.read_rows(lines)
+    assert kernel == "void k()" and len(rows) == 3
+    assert ncu_sass.opcode("@!P0  BRA 0x7f") == "BRA" and ncu_sass.opcode("MUFU.EX2 R1, R1") == "MUFU"
+    summary = ncu_sass.summarise(rows)
+    assert list(summary) == ["MUFU", "WARPGROUP"]  # 10 samples before 9
+    samples, executed, reasons = summary["MUFU"]
+    assert (samples, executed) == (10, 64)
+    assert reasons["wait"] == 9 and reasons["barrier"] == 1 and "wait (Not Issued)" not in reasons
