@@ -114,8 +114,10 @@ struct FwdWsConfig : WsSchedule<kFlags> {
   static constexpr bool kEarlyQ = (kFlags & kBitEarlyQ) != 0 && kSeparateO;
   // Hold P's registers until the P V wait (mainloop.cuh, hold_p_registers), so that the softmax
   // overlaps the warpgroup's own P V. Measured (perf-notes, "P's registers held until the wait"):
-  // +1-3% at d256 from 4k keys; level or up to 2% slower at d64 and d128.
-  static constexpr bool kHoldP = kHeadDim == 256;
+  // +1-3% at d256 from 4k keys; level or up to 2% slower at d64 and d128. Only the fixed-length
+  // d256 kernels that were measured: held, the local d256 kernels spill 17 LDL/STL in the key loop
+  // (5-7 without), and the packed (varlen) ones were not timed.
+  static constexpr bool kHoldP = kHeadDim == 256 && !kVarlen_ && !kLocal_;
 };
 
 // The FP8 forward: e4m3 Q, K and V^T (sm90/fp8/layout.hpp), fp32 accumulation, kOutDType output.
