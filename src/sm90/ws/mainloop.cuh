@@ -42,16 +42,16 @@ __device__ __forceinline__ void wgmma_issue(TiledMma& mma, TA& a, const TB& b, T
   if constexpr (kRegA) warpgroup_fence_operand(a);
 }
 
-// Keeps the P fragment's registers allocated until the caller's warpgroup_wait<0>: call it right
-// before that wait, with `never` a value the softmax just computed that is never negative.
-// Why: the P V GEMM in flight during the softmax reads P from registers (the RS form), but in PTX
-// P's last use is the wgmma itself. ptxas then gives P's registers to the softmax's temporaries
-// and meets the hazard by hoisting `wgmma.wait_group 0` to the start of the softmax, so each
+// Keeps the P V wait after the softmax: call it right before that warpgroup_wait<0>, with `never`
+// a value the softmax just computed that is never negative. The source and the PTX put the wait
+// after the softmax, but ptxas moves `wgmma.wait_group 0` up to the softmax's start, so each
 // softmax first waits for its own P V (scripts/sass_overlap.py counts it). A store of every P word
-// in a branch never taken, guarded by a softmax result, is a use ptxas can neither drop nor hoist,
-// so P keeps its registers and the wait stays after the softmax. Cost: an FSETP and a branch per
-// key block. Whether the overlap pays depends on the configuration (Cfg::kHoldP): measured, it
-// helps bf16 d256 and costs FP8 (docs/perf-notes.md, "P's registers held until the wait").
+// in a branch never taken, guarded by a softmax result, keeps it in place. The P V GEMM reads P
+// from registers (the RS form), but that is not the whole reason ptxas hoists: an SS-form P V
+// (branch fp8-sspv) is hoisted the same way, and a never-taken branch that stores no P word moves
+// the wait only 13 of 64 EX2 down. Cost: an FSETP and a branch per key block. Whether the overlap
+// pays depends on the configuration (Cfg::kHoldP): measured, it helps bf16 d256 and costs FP8
+// (docs/perf-notes.md, "P's registers held until the wait").
 template <class FragP>
 __device__ __forceinline__ void hold_p_registers(const FragP& tOrP, float never) {
   auto words = cute::recast<uint32_t>(tOrP);
