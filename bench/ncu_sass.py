@@ -55,6 +55,8 @@ def main(argv=None):
     parser.add_argument("csv")
     parser.add_argument("--top", type=int, default=25, help="instructions listed by samples")
     args = parser.parse_args(argv)
+    if args.top < 1:
+        parser.error(f"--top must be at least 1, got {args.top}")
     with open(args.csv, newline="") as f:
         kernel, rows = read_rows(f)
     total = sum(int(r[SAMPLES] or 0) for r in rows)

@@ -42,8 +42,13 @@ def main(argv=None):
     parser.add_argument("objects", nargs="+")
     parser.add_argument("--cuobjdump", default=shutil.which("cuobjdump") or "cuobjdump")
     args = parser.parse_args(argv)
+    if shutil.which(args.cuobjdump) is None:
+        parser.error(f"--cuobjdump: {args.cuobjdump!r} is not an executable (install the CUDA toolkit or nvidia-cuda-cuobjdump)")
     for path in args.objects:
-        sass = subprocess.run([args.cuobjdump, "-sass", path], capture_output=True, text=True, check=True).stdout
+        run = subprocess.run([args.cuobjdump, "-sass", path], capture_output=True, text=True)
+        if run.returncode != 0:
+            parser.error(f"cuobjdump -sass {path}: {run.stderr.strip() or 'failed'}")
+        sass = run.stdout
         for name, spans in overlap_counts(sass).items():
             config = re.sub(r"^.*fwd_ws_kernel", "", name)
             print(f"{spans}\t{config}")

@@ -334,3 +334,11 @@ def test_ncu_sass_summary_groups_samples_by_opcode():
     samples, executed, reasons = summary["MUFU"]
     assert (samples, executed) == (10, 64)
     assert reasons["wait"] == 9 and reasons["barrier"] == 1 and "wait (Not Issued)" not in reasons
+
+
+def test_ncu_sass_rejects_a_top_below_one(tmp_path, capsys):
+    import ncu_sass
+
+    with pytest.raises(SystemExit):
+        ncu_sass.main([str(tmp_path / "none.csv"), "--top", "0"])
+    assert "--top" in capsys.readouterr().err

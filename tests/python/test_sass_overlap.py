@@ -37,3 +37,9 @@ def test_counts_the_exponentials_between_each_wait_pair_of_forward_kernels_only(
 def test_an_unclosed_span_is_not_counted():
     sass = "\n\t\tFunction : fwd_ws_kernelX\n WARPGROUP.DEPBAR.LE gsb0, 0x1 ;\n MUFU.EX2 R1, R1 ;\n"
     assert sass_overlap.overlap_counts(sass) == {"fwd_ws_kernelX": []}
+
+
+def test_a_missing_cuobjdump_is_a_clear_error(capsys):
+    with pytest.raises(SystemExit):
+        sass_overlap.main(["x.o", "--cuobjdump", "/nonexistent/cuobjdump"])
+    assert "--cuobjdump" in capsys.readouterr().err
