@@ -48,7 +48,7 @@ __device__ __forceinline__ void wgmma_issue(TiledMma& mma, TA& a, const TB& b, T
 // softmax first waits for its own P V (scripts/sass_overlap.py counts it). A store of every P word
 // in a branch never taken, guarded by a softmax result, keeps it in place. The P V GEMM reads P
 // from registers (the RS form), but that is not the whole reason ptxas hoists: an SS-form P V
-// (branch fp8-sspv) is hoisted the same way, and a never-taken branch that stores no P word moves
+// (perf-notes, "P V in SS form") is hoisted the same way, and a branch storing no P word moves
 // the wait only 13 of 64 EX2 down. Cost: an FSETP and a branch per key block. Whether the overlap
 // pays depends on the configuration (Cfg::kHoldP): measured, it helps bf16 d256 and costs FP8
 // (docs/perf-notes.md, "P's registers held until the wait").
