@@ -190,8 +190,8 @@ __device__ __forceinline__ float softcap_grad(float p, float lse_log2, float t_s
 // every other value's row and column lie a compile-time distance from it (the fragment layout is
 // static; only the thread's origin is not), so a store is an immediate-offset STG from one of a few
 // row pointers, under a predicate (before: ~30 instructions a pair, the 64-bit address rebuilt
-// from the parameters and a branch per store). Measured: d128 +0.6-0.8%, d256 level, d64 -1%; the
-// stores' drain, not their instructions, is the rest (docs/perf-notes.md, "The dK/dV epilogue").
+// from the parameters and a branch per store). Measured: d128 +0.6-0.8%, d256 level, d64 -1%: the
+// stores' drain, not their instructions, sets the epilogue's time (perf-notes, "The dK/dV epilogue").
 template <class Element, class Frag, class Coords>
 __device__ __forceinline__ void store_kv_grad(Element* base, int64_t row_stride, int key0, int seqlen_k, const Frag& acc,
                                               const Coords& coords, float scale) {
