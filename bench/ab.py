@@ -157,8 +157,7 @@ def main(argv=None):
             lib = os.path.abspath(unpacked(path))
             if not os.path.isfile(lib):
                 p.error(f"--lib {name}: {path} is not a file")
-            env = dict(os.environ, HOPATTN_LIBRARY=lib)
-            env["LD_LIBRARY_PATH"] = os.path.dirname(lib) + os.pathsep + env.get("LD_LIBRARY_PATH", "")
+            env = dict(os.environ, HOPATTN_LIBRARY=lib)  # the package loads exactly this file (ctypes)
             cmd = [sys.executable, os.path.abspath(__file__), "--child", "--tag", f"{name}-r{r}", "--op", args.op,
                    "--points", args.points, "--warm", str(args.warm)]
             out = subprocess.run(cmd, env=env, capture_output=True, text=True)
