@@ -71,11 +71,16 @@ enum class BwdBarrier : unsigned {
   kdQReady = 1,   // head_dim split, deterministic mode: both warpgroups' halves are added; the turn may pass
   kPReady = 2,    // head_dim split: warpgroup 0 wrote P^T; warpgroup 1 may read it
   kdQStagedWG0 = 3,  // head_dim split, one per consumer warpgroup (3, 4): its 128 threads staged their dQ half
-  // Key split: the dQ writer warp (producer warpgroup) and the consumers hand the staging buffer
-  // back and forth: Full (consumers arrive, the writer syncs) and Empty (the writer arrives once
-  // its bulk add has read the buffer, the consumers sync before staging the next step).
-  kdQFull = 5,
-  kdQEmpty = 6,
+  // Key split (ids shared with the head split's above: a kernel runs one split): the dQ writer warp
+  // (producer warpgroup) and each consumer warpgroup hand that warpgroup's half of the staging
+  // buffer back and forth: Full (the warpgroup arrives, the writer syncs) and Empty (the writer
+  // arrives once its bulk add has read the half, the warpgroup syncs before staging the next step).
+  // One pair per warpgroup, so the warpgroups meet only at kdSReady.
+  kdQFullWG0 = 1,   // .. kdQFullWG0 + 1
+  kdQEmptyWG0 = 3,  // .. kdQEmptyWG0 + 1
+  // store_dk_dv (key split): every consumer is past its last GEMM (K and V are free), and then every
+  // consumer has written its dK and dV into them.
+  kKvStore = 5,
 };
 
 __device__ __forceinline__ unsigned barrier_id(BwdBarrier b) { return static_cast<unsigned>(b); }

@@ -193,7 +193,7 @@ __device__ __forceinline__ void consume_head_split(const typename BwdKernel<Cfg>
     }
     release_staged();  // the producer's tail waits for every stage; smem must outlive the bulk reads
   }
-  store_dk_dv<Cfg>(params, blk, si, thr_dkv, tdKrdK, tdVrdV);
+  store_dk_dv<Cfg>(params, blk, si, thr_dkv, tdKrdK, tdVrdV, ss, thread_idx);
 }
 
 }  // namespace hopattn::sm90::bwd

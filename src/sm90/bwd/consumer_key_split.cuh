@@ -92,19 +92,17 @@ __device__ __forceinline__ void consume_key_split(const typename BwdKernel<Cfg>:
           }
         }
 
-        // dV += P^T dO and dK += dS^T Q, both with A from registers.
+        // FlashAttention-3's order: dS^T to shared memory first, then dV += P^T dO (A from registers)
+        // runs under the fence and the dS barrier; dQ = dS K (or dQ^T = K^T dS^T) over both
+        // warpgroups' keys, each warpgroup computing half of head_dim; then dK += dS^T Q (A from
+        // registers), and the dQ staging runs under dK. dS^T goes to shared memory with stmatrix (8x8
+        // 16-bit tiles in accumulator order, transposing when the keys are the contiguous mode,
+        // kdQSwapAB). The fence makes the stores visible to the WGMMA's shared-memory reads; the
+        // barrier makes both warpgroups' halves of dS^T complete.
         Tensor tPrP = cute::make_tensor<Element>(ws::acc_to_a_operand_layout(tSrS.layout()));
         ws::convert_fragment(tSrS, tPrP);
-        ws::wgmma_issue<false>(mma_dkv, tPrP, op.dout_t(_, _, _, st.index()), tdVrdV);
         Tensor tdSrdS = cute::make_tensor<Element>(ws::acc_to_a_operand_layout(tdPrdP.layout()));
         ws::convert_fragment(tdPrdP, tdSrdS);
-        ws::wgmma_issue<false>(mma_dkv, tdSrdS, op.q_t(_, _, _, st.index()), tdKrdK);
-
-        // dS^T to shared memory with stmatrix (8x8 16-bit tiles in accumulator order, the same
-        // store the forward epilogue uses for O; transposing when the keys are the contiguous
-        // mode, kdQSwapAB), then dQ = dS K (or dQ^T = K^T dS^T) over both warpgroups' keys: each
-        // warpgroup computes half of head_dim. The fence makes the stmatrix stores visible to the
-        // WGMMA's shared-memory reads; the barrier makes both warpgroups' halves of dS^T complete.
         {
           Tensor tdSrdS_acc = make_tensor(tdSrdS.data(), tdPrdP.layout());
           Tensor sdSt_buf = make_tensor(make_smem_ptr(ss.ds.data() + ds_buf * (kBlockN * kBlockM)),
@@ -114,6 +112,7 @@ __device__ __forceinline__ void consume_key_split(const typename BwdKernel<Cfg>:
           auto thr_copy = smem_copy.get_thread_slice(thread_idx);
           copy(smem_copy, thr_copy.retile_S(tdSrdS_acc), thr_copy.partition_D(sdSt_buf));
         }
+        ws::wgmma_issue<false>(mma_dkv, tPrP, op.dout_t(_, _, _, st.index()), tdVrdV);
         cutlass::arch::fence_view_async_shared();  // generic-proxy stores -> WGMMA (async proxy)
         cutlass::arch::NamedBarrier::sync(Cfg::kNumMmaThreads, barrier_id(BwdBarrier::kdSReady));
         Tensor tdQrdQ = partition_fragment_C(mma_dq, typename Mainloop::dQTileShape{});
@@ -124,41 +123,45 @@ __device__ __forceinline__ void consume_key_split(const typename BwdKernel<Cfg>:
           Tensor tdQrdS_buf = op.dq_a(_, _, _, ds_buf);
           ws::wgmma_issue<true>(mma_dq, tdQrdS_buf, op.dq_b, tdQrdQ);
         }
-        warpgroup_wait<0>();  // dV, dK, dQ done: Q and dO of this stage are no longer read
-        pipe_q.consumer_release(st);
+        ws::wgmma_issue<false>(mma_dkv, tdSrdS, op.q_t(_, _, _, st.index()), tdKrdK);
+        warpgroup_wait<1>();  // dV and dQ done (dK may run): dO of this stage is no longer read
         pipe_do.consumer_release(st);
 
         // dQ (unscaled) into the fp32 accumulator: staged in fragment order, then one bulk
-        // reduce-add of the whole tile (the L2 does the adds at line rate; per-element atomics
-        // from every thread were the bottleneck), issued by the dQ writer warp (write_dq) so
-        // that the consumers only arrive and go on to the next step. The staging buffer is
-        // free once the writer's previous bulk add has read it (kdQEmpty).
+        // reduce-add per warpgroup half of the tile (the L2 does the adds at line rate; per-element
+        // atomics from every thread were the bottleneck), issued by the dQ writer warp (write_dq) so
+        // that the consumers only arrive and go on to the next step. A warpgroup's half is free once
+        // the writer's previous bulk add has read it (kdQEmptyWG0 + wg); the warpgroups do not meet
+        // here, only at kdSReady.
         static_assert(Mainloop::kdQPerThread % 4 == 0);
-        cutlass::arch::NamedBarrier::sync(Cfg::kNumMmaThreads + 32, barrier_id(BwdBarrier::kdQEmpty));
+        const int wg = thread_idx / 128;
+        cutlass::arch::NamedBarrier::sync(128 + 32, barrier_id(BwdBarrier::kdQEmptyWG0) + wg);
         CUTE_UNROLL
         for (int j = 0; j < Mainloop::kdQPerThread / 4; ++j) {
           *reinterpret_cast<float4*>(ss.dq.data() + Mainloop::dq_offset(thread_idx, 4 * j)) =
               make_float4(tdQrdQ(4 * j), tdQrdQ(4 * j + 1), tdQrdQ(4 * j + 2), tdQrdQ(4 * j + 3));
         }
         cutlass::arch::fence_view_async_shared();  // staged dQ visible to the bulk copy (async proxy)
-        cutlass::arch::NamedBarrier::arrive(Cfg::kNumMmaThreads + 32, barrier_id(BwdBarrier::kdQFull));
+        cutlass::arch::NamedBarrier::arrive(128 + 32, barrier_id(BwdBarrier::kdQFullWG0) + wg);
+        warpgroup_wait<0>();  // dK done: Q of this stage is no longer read
+        pipe_q.consumer_release(st);
         ++st;
         ds_buf ^= 1;
       }
     }
   }
 
-  store_dk_dv<Cfg>(params, blk, si, thr_dkv, tdKrdK, tdVrdV);
+  store_dk_dv<Cfg>(params, blk, si, thr_dkv, tdKrdK, tdVrdV, ss, thread_idx);
 }
 
 // The dQ writer warp of the key split (a producer-warpgroup warp): for every step the consumers
-// run, it waits for their staged dQ (kdQFull), adds it to the fp32 accumulator with one bulk
-// reduce-add, and hands the staging buffer back (kdQEmpty) once the add has read it. The
-// consumers arrive and sync on those barriers instead of meeting each other there.
+// run, it waits for each warpgroup's staged half of dQ (kdQFullWG0 + wg), adds it to the fp32
+// accumulator with one bulk reduce-add, and hands that half back (kdQEmptyWG0 + wg) once the add
+// has read it. The consumers arrive and sync on those barriers instead of meeting each other there.
 // The accumulator is not zeroed (dq_first_store): the tile's first partial is stored, the others
 // wait for that store to land before adding. Deterministic mode: key blocks take turns per query
 // block in a fixed order (BwdKernel::dq_turn), so the fp32 sums are too, and turn 0 stores. Both
-// waits stall this warp only; the consumers need the buffer back one step later.
+// waits stall this warp only; the consumers need a half back one step later.
 template <class Cfg>
 __device__ __forceinline__ void write_dq(const typename BwdKernel<Cfg>::Params& params,
                                          typename BwdKernel<Cfg>::SharedStorage& ss) {
@@ -171,47 +174,63 @@ __device__ __forceinline__ void write_dq(const typename BwdKernel<Cfg>::Params& 
   const auto range = Mainloop::query_range(si, blk.n_block);
   if (range.m_begin >= range.m_end) return;  // the consumers run no step either
   const bool leader = cute::elect_one_sync();
-  const unsigned threads = Cfg::kNumMmaThreads + 32;
-  cutlass::arch::NamedBarrier::arrive(threads, barrier_id(BwdBarrier::kdQEmpty));  // the buffer starts free
+  constexpr unsigned kThreads = 128 + 32;  // one consumer warpgroup and this warp
+  constexpr int kHalf = Mainloop::kdQElems / 2;
+  constexpr uint32_t kHalfBytes = kHalf * sizeof(float);
+  const unsigned full0 = barrier_id(BwdBarrier::kdQFullWG0), empty0 = barrier_id(BwdBarrier::kdQEmptyWG0);
+  cutlass::arch::NamedBarrier::arrive(kThreads, empty0);  // both halves start free
+  cutlass::arch::NamedBarrier::arrive(kThreads, empty0 + 1);
   for (int g = 0; g < mp.group; ++g) {
     const int head = blk.kv_head * mp.group + g;
     for (int m = range.m_begin; m < range.m_end; ++m) {
-      cutlass::arch::NamedBarrier::sync(threads, barrier_id(BwdBarrier::kdQFull));
       const int64_t tile = K::dq_tile(params, si, head, m);
       int* sem = K::dq_semaphore(params, tile);
-      bool publish = false;  // the leader stored the tile's first partial: publish once it has landed
+      float* dst = params.dq_accum + tile * Mainloop::kdQElems;
+      bool first = false;  // this block stores the tile's first partial (both halves)
+      int turn = 0;
+      // No hand-back after the last step: every arrive has a matching consumer sync.
+      const bool hand_back = g + 1 < mp.group || m + 1 < range.m_end;
+      CUTE_UNROLL
+      for (int w = 0; w < 2; ++w) {
+        cutlass::arch::NamedBarrier::sync(kThreads, full0 + w);
+        if (leader) {
+          if (w == 0) {
+            if (params.deterministic) {
+              turn = K::dq_turn(params, blk, si, m);
+              wait_turn(sem, turn);
+              first = turn == 0 && params.dq_first_store;
+            } else {
+              first = params.dq_first_store && take_dq_ticket(sem);
+            }
+          }
+          if (first) {
+            bulk_store_f32(dst + w * kHalf, ss.dq.data() + w * kHalf, kHalfBytes);
+          } else {
+            bulk_reduce_add_f32(dst + w * kHalf, ss.dq.data() + w * kHalf, kHalfBytes);
+          }
+          tma_store_arrive();  // commit the bulk group
+        }
+      }
+      // Half 0's group was committed first, so it is read first: hand it back before half 1's wait.
+      if (leader) tma_store_wait<1>();
+      __syncwarp();
+      if (hand_back) cutlass::arch::NamedBarrier::arrive(kThreads, empty0);
       if (leader) {
-        float* dst = params.dq_accum + tile * Mainloop::kdQElems;
-        constexpr uint32_t kBytes = Mainloop::kdQElems * sizeof(float);
-        const int turn = params.deterministic ? K::dq_turn(params, blk, si, m) : 0;
-        bool first;
-        if (params.deterministic) {
-          wait_turn(sem, turn);
-          first = turn == 0 && params.dq_first_store;
-        } else {
-          first = params.dq_first_store && take_dq_ticket(sem);
-        }
-        if (first) {
-          bulk_store_f32(dst, ss.dq.data(), kBytes);
-        } else {
-          bulk_reduce_add_f32(dst, ss.dq.data(), kBytes);
-        }
-        tma_store_arrive();  // commit the bulk group
         if (params.deterministic) {
           bulk_wait_complete();  // the adds are done in global memory, not only read from smem
-          store_release(sem, turn + 1);
         } else {
-          tma_store_wait<0>();  // read from shared memory: the buffer may be restaged
-          publish = first;
+          tma_store_wait<0>();  // read from shared memory: the half may be restaged
         }
       }
       __syncwarp();
-      // No hand-back after the last step: every arrive has a matching consumer sync.
-      if (g + 1 < mp.group || m + 1 < range.m_end)
-        cutlass::arch::NamedBarrier::arrive(threads, barrier_id(BwdBarrier::kdQEmpty));
-      if (publish) {  // after the hand-back: the consumers need not wait for the store's global writes
-        bulk_wait_complete();
-        publish_dq_store(sem);
+      if (hand_back) cutlass::arch::NamedBarrier::arrive(kThreads, empty0 + 1);
+      if (leader) {
+        if (params.deterministic) {
+          store_release(sem, turn + 1);
+        } else if (first) {  // after the hand-back: the consumers need not wait for the store's global writes
+          bulk_wait_complete();
+          publish_dq_store(sem);
+        }
       }
     }
   }

@@ -213,21 +213,80 @@ __device__ __forceinline__ void store_kv_grad(Element* base, int64_t row_stride,
 // dK = scale * sum dS^T Q and dV = sum P^T dO of this thread's fragment, to the caller's tensors.
 // Rows up to the sequence's length are written: keys past seqused (varlen) saw no query, so their
 // accumulators hold zeros.
+// The key split (d64, d128) goes through shared memory instead. dK has K's shape and dV V's, so after every
+// consumer is past its last GEMM (the dQ GEMM reads K, dP^T V) each writes its fragments into the K
+// and V buffers (32-bit stores of column pairs, conflict-free under the 128-byte swizzle), and then
+// the consumers copy whole rows out in 16-byte pieces, consecutive threads along a row: a warp
+// instruction covers two full 256-byte rows at d128 where the fragment stores cover eight half
+// sectors. The producer loads K and V only before the first step (none when no query sees the keys),
+// and the dQ writer reads its own buffer, so nothing else touches K and V then. Rows, strides and
+// bases are 16-byte aligned (validate.cpp).
+// Shared-memory accesses by address: a swizzled CuTe smem tensor element's address is computed on the
+// generic pointer, after which the compiler emits generic loads and stores (ST.E, LD.E) for it.
+__device__ __forceinline__ void st_shared_b32(const void* p, uint32_t v) {
+  asm volatile("st.shared.b32 [%0], %1;" ::"r"(cute::cast_smem_ptr_to_uint(p)), "r"(v) : "memory");
+}
+__device__ __forceinline__ uint4 ld_shared_v4(const void* p) {
+  uint4 v;
+  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(cute::cast_smem_ptr_to_uint(p))
+               : "memory");
+  return v;
+}
+
 template <class Cfg, class ThrMma, class Frag>
 __device__ __forceinline__ void store_dk_dv(const typename BwdKernel<Cfg>::Params& params,
                                             const typename BwdKernel<Cfg>::Block& blk,
                                             const typename BwdKernel<Cfg>::Mainloop::SeqInfo& si, const ThrMma& thr_dkv,
-                                            const Frag& dk_acc, const Frag& dv_acc) {
+                                            const Frag& dk_acc, const Frag& dv_acc,
+                                            typename BwdKernel<Cfg>::SharedStorage& ss, int thread_idx) {
   using namespace cute;
   using Element = typename Cfg::Element;
-  Tensor coords = thr_dkv.partition_C(make_identity_tensor(Shape<Int<Cfg::kBlockN>, Int<Cfg::kHeadDim>>{}));
-  const int key0 = blk.n_block * Cfg::kBlockN;
+  using Mainloop = typename BwdKernel<Cfg>::Mainloop;
+  constexpr int kBlockN = Cfg::kBlockN, kHeadDim = Cfg::kHeadDim;
+  Tensor coords = thr_dkv.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
+  const int key0 = blk.n_block * kBlockN;
   // Varlen: batch strides are 0 and the sequence starts offset_k rows in.
   const int64_t b = blk.batch, kvh = blk.kv_head, off = si.offset_k;
   Element* dk = static_cast<Element*>(params.dk) + b * params.dk_stride[0] + off * params.dk_stride[1] + kvh * params.dk_stride[2];
   Element* dv = static_cast<Element*>(params.dv) + b * params.dv_stride[0] + off * params.dv_stride[1] + kvh * params.dv_stride[2];
-  store_kv_grad(dk, params.dk_stride[1], key0, si.len_k, dk_acc, coords, params.scale);
-  store_kv_grad(dv, params.dv_stride[1], key0, si.len_k, dv_acc, coords, 1.f);
+  // The head_dim split (d256) keeps the fragment stores: the second path cost it 32 bytes of stack.
+  if constexpr (Cfg::kSplitHeadDim) {
+    store_kv_grad(dk, params.dk_stride[1], key0, si.len_k, dk_acc, coords, params.scale);
+    store_kv_grad(dv, params.dv_stride[1], key0, si.len_k, dv_acc, coords, 1.f);
+  } else {
+    Tensor sK = make_tensor(make_smem_ptr(ss.k.data()), typename Mainloop::SmemLayoutK{});
+    Tensor sV = make_tensor(make_smem_ptr(ss.v.data()), typename Mainloop::SmemLayoutK{});
+    Tensor tK = thr_dkv.partition_C(sK);
+    Tensor tV = thr_dkv.partition_C(sV);
+    cutlass::arch::NamedBarrier::sync(Cfg::kNumMmaThreads, barrier_id(BwdBarrier::kKvStore));
+    CUTE_UNROLL
+    for (int i = 0; i < size(dk_acc); i += 2) {  // values i, i + 1: adjacent columns of one row
+      cutlass::Array<float, 2> k2, v2;
+      k2[0] = dk_acc(i) * params.scale;
+      k2[1] = dk_acc(i + 1) * params.scale;
+      v2[0] = dv_acc(i);
+      v2[1] = dv_acc(i + 1);
+      const auto k16 = cutlass::NumericArrayConverter<Element, float, 2>{}(k2);
+      const auto v16 = cutlass::NumericArrayConverter<Element, float, 2>{}(v2);
+      st_shared_b32(&tK(i), reinterpret_cast<const uint32_t&>(k16));
+      st_shared_b32(&tV(i), reinterpret_cast<const uint32_t&>(v16));
+    }
+    cutlass::arch::NamedBarrier::sync(Cfg::kNumMmaThreads, barrier_id(BwdBarrier::kKvStore));
+    constexpr int kPiecesPerRow = kHeadDim * int(sizeof(Element)) / 16;
+    static_assert((kBlockN * kPiecesPerRow) % Cfg::kNumMmaThreads == 0, "whole rounds of 16-byte pieces");
+    CUTE_UNROLL
+    for (int j = 0; j < kBlockN * kPiecesPerRow / Cfg::kNumMmaThreads; ++j) {
+      const int c = thread_idx + j * Cfg::kNumMmaThreads;
+      const int row = c / kPiecesPerRow, col = (c % kPiecesPerRow) * (16 / int(sizeof(Element)));
+      if (key0 + row < si.len_k) {
+        const int64_t key = key0 + row;
+        *reinterpret_cast<uint4*>(dk + key * params.dk_stride[1] + col) = ld_shared_v4(&sK(row, col));
+        *reinterpret_cast<uint4*>(dv + key * params.dv_stride[1] + col) = ld_shared_v4(&sV(row, col));
+      }
+    }
+  }
 }
 
 }  // namespace hopattn::sm90::bwd

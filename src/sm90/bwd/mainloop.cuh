@@ -94,7 +94,8 @@ struct BwdMainloop {
     if constexpr (Cfg::kSplitHeadDim) {
       return (t / 128) * (2 * kdQChunkElems) + (v / 32) * kdQChunkElems + (((v % 32) / 4) * 128 + t % 128) * 4 + v % 4;
     } else {
-      return ((v / 4) * Cfg::kNumMmaThreads + t) * 4 + v % 4;
+      // Each consumer warpgroup's values fill one half, so the dQ writer adds the halves separately.
+      return (t / 128) * (kdQElems / 2) + ((v / 4) * 128 + t % 128) * 4 + v % 4;
     }
   }
 
