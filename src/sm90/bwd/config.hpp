@@ -78,7 +78,7 @@ enum class BwdBarrier : unsigned {
   // One pair per warpgroup, so the warpgroups meet only at kdSReady.
   kdQFullWG0 = 1,   // .. kdQFullWG0 + 1
   kdQEmptyWG0 = 3,  // .. kdQEmptyWG0 + 1
-  // store_dk_dv (key split): every consumer is past its last GEMM (K and V are free), and then every
+  // store_dk_dv (both splits): every consumer is past its last GEMM (K and V are free), and then every
   // consumer has written its dK and dV into them.
   kKvStore = 5,
 };

@@ -185,42 +185,18 @@ __device__ __forceinline__ float softcap_grad(float p, float lse_log2, float t_s
   return 1.f - t * t;
 }
 
-// Writes one warpgroup's (keys, head_dim) gradient tile, times `scale`, rows past seqlen_k clipped.
-// Adjacent column pairs leave as one 32-bit store. The thread's first value anchors the addresses:
-// every other value's row and column lie a compile-time distance from it (the fragment layout is
-// static; only the thread's origin is not), so a store is an immediate-offset STG from one of a few
-// row pointers, under a predicate (before: ~30 instructions a pair, the 64-bit address rebuilt
-// from the parameters and a branch per store). Measured: d128 +0.6-0.8%, d256 level, d64 -1%: the
-// stores' drain, not their instructions, sets the epilogue's time (perf-notes, "The dK/dV epilogue").
-template <class Element, class Frag, class Coords>
-__device__ __forceinline__ void store_kv_grad(Element* base, int64_t row_stride, int key0, int seqlen_k, const Frag& acc,
-                                              const Coords& coords, float scale) {
-  using namespace cute;
-  const int row0 = get<0>(coords(0)), col0 = get<1>(coords(0));
-  const int rows_left = seqlen_k - key0 - row0;  // value i is in range iff its row delta < rows_left
-  Element* anchor = base + (int64_t(key0) + row0) * row_stride + col0;
-  CUTE_UNROLL
-  for (int i = 0; i < size(acc); i += 2) {
-    const int dr = get<0>(coords(i)) - row0, dc = get<1>(coords(i)) - col0;  // compile-time
-    cutlass::Array<float, 2> v;
-    v[0] = acc(i) * scale;
-    v[1] = acc(i + 1) * scale;
-    const auto packed = cutlass::NumericArrayConverter<Element, float, 2>{}(v);
-    if (dr < rows_left) *reinterpret_cast<cutlass::Array<Element, 2>*>(anchor + dr * row_stride + dc) = packed;
-  }
-}
-
 // dK = scale * sum dS^T Q and dV = sum P^T dO of this thread's fragment, to the caller's tensors.
 // Rows up to the sequence's length are written: keys past seqused (varlen) saw no query, so their
 // accumulators hold zeros.
-// The key split (d64, d128) goes through shared memory instead. dK has K's shape and dV V's, so after every
-// consumer is past its last GEMM (the dQ GEMM reads K, dP^T V) each writes its fragments into the K
-// and V buffers (32-bit stores of column pairs, conflict-free under the 128-byte swizzle), and then
-// the consumers copy whole rows out in 16-byte pieces, consecutive threads along a row: a warp
-// instruction covers two full 256-byte rows at d128 where the fragment stores cover eight half
-// sectors. The producer loads K and V only before the first step (none when no query sees the keys),
-// and the dQ writer reads its own buffer, so nothing else touches K and V then. Rows, strides and
-// bases are 16-byte aligned (validate.cpp).
+// Through shared memory, because stores from the fragments drain slowly: a warp instruction of the
+// accumulator layout covers 8 rows x 16 bytes (half sectors), and at short causal units that drain
+// was most of the per-unit cost (perf-notes, backward v14). dK has K's shape and dV V's, so after
+// every consumer is past its last GEMM (no GEMM reads K or V any more) each writes its fragments into
+// the K and V buffers (32-bit stores of column pairs, conflict-free under the 128-byte swizzle), and
+// then the consumers copy whole rows out in 16-byte pieces, consecutive threads along a row (a warp
+// instruction covers two whole 256-byte rows at d128). The producer loads K and V only before the
+// first step (none when no query sees the keys), and the dQ staging uses its own buffers, so nothing
+// else touches K and V then. Rows, strides and bases are 16-byte aligned (validate.cpp).
 // Shared-memory accesses by address: a swizzled CuTe smem tensor element's address is computed on the
 // generic pointer, after which the compiler emits generic loads and stores (ST.E, LD.E) for it.
 __device__ __forceinline__ void st_shared_b32(const void* p, uint32_t v) {
@@ -245,46 +221,39 @@ __device__ __forceinline__ void store_dk_dv(const typename BwdKernel<Cfg>::Param
   using Element = typename Cfg::Element;
   using Mainloop = typename BwdKernel<Cfg>::Mainloop;
   constexpr int kBlockN = Cfg::kBlockN, kHeadDim = Cfg::kHeadDim;
-  Tensor coords = thr_dkv.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
   const int key0 = blk.n_block * kBlockN;
   // Varlen: batch strides are 0 and the sequence starts offset_k rows in.
   const int64_t b = blk.batch, kvh = blk.kv_head, off = si.offset_k;
   Element* dk = static_cast<Element*>(params.dk) + b * params.dk_stride[0] + off * params.dk_stride[1] + kvh * params.dk_stride[2];
   Element* dv = static_cast<Element*>(params.dv) + b * params.dv_stride[0] + off * params.dv_stride[1] + kvh * params.dv_stride[2];
-  // The head_dim split (d256) keeps the fragment stores: the second path cost it 32 bytes of stack.
-  if constexpr (Cfg::kSplitHeadDim) {
-    store_kv_grad(dk, params.dk_stride[1], key0, si.len_k, dk_acc, coords, params.scale);
-    store_kv_grad(dv, params.dv_stride[1], key0, si.len_k, dv_acc, coords, 1.f);
-  } else {
-    Tensor sK = make_tensor(make_smem_ptr(ss.k.data()), typename Mainloop::SmemLayoutK{});
-    Tensor sV = make_tensor(make_smem_ptr(ss.v.data()), typename Mainloop::SmemLayoutK{});
-    Tensor tK = thr_dkv.partition_C(sK);
-    Tensor tV = thr_dkv.partition_C(sV);
-    cutlass::arch::NamedBarrier::sync(Cfg::kNumMmaThreads, barrier_id(BwdBarrier::kKvStore));
-    CUTE_UNROLL
-    for (int i = 0; i < size(dk_acc); i += 2) {  // values i, i + 1: adjacent columns of one row
-      cutlass::Array<float, 2> k2, v2;
-      k2[0] = dk_acc(i) * params.scale;
-      k2[1] = dk_acc(i + 1) * params.scale;
-      v2[0] = dv_acc(i);
-      v2[1] = dv_acc(i + 1);
-      const auto k16 = cutlass::NumericArrayConverter<Element, float, 2>{}(k2);
-      const auto v16 = cutlass::NumericArrayConverter<Element, float, 2>{}(v2);
-      st_shared_b32(&tK(i), reinterpret_cast<const uint32_t&>(k16));
-      st_shared_b32(&tV(i), reinterpret_cast<const uint32_t&>(v16));
-    }
-    cutlass::arch::NamedBarrier::sync(Cfg::kNumMmaThreads, barrier_id(BwdBarrier::kKvStore));
-    constexpr int kPiecesPerRow = kHeadDim * int(sizeof(Element)) / 16;
-    static_assert((kBlockN * kPiecesPerRow) % Cfg::kNumMmaThreads == 0, "whole rounds of 16-byte pieces");
-    CUTE_UNROLL
-    for (int j = 0; j < kBlockN * kPiecesPerRow / Cfg::kNumMmaThreads; ++j) {
-      const int c = thread_idx + j * Cfg::kNumMmaThreads;
-      const int row = c / kPiecesPerRow, col = (c % kPiecesPerRow) * (16 / int(sizeof(Element)));
-      if (key0 + row < si.len_k) {
-        const int64_t key = key0 + row;
-        *reinterpret_cast<uint4*>(dk + key * params.dk_stride[1] + col) = ld_shared_v4(&sK(row, col));
-        *reinterpret_cast<uint4*>(dv + key * params.dv_stride[1] + col) = ld_shared_v4(&sV(row, col));
-      }
+  Tensor sK = make_tensor(make_smem_ptr(ss.k.data()), typename Mainloop::SmemLayoutK{});
+  Tensor sV = make_tensor(make_smem_ptr(ss.v.data()), typename Mainloop::SmemLayoutK{});
+  Tensor tK = thr_dkv.partition_C(sK);
+  Tensor tV = thr_dkv.partition_C(sV);
+  cutlass::arch::NamedBarrier::sync(Cfg::kNumMmaThreads, barrier_id(BwdBarrier::kKvStore));
+  CUTE_UNROLL
+  for (int i = 0; i < size(dk_acc); i += 2) {  // values i, i + 1: adjacent columns of one row
+    cutlass::Array<float, 2> k2, v2;
+    k2[0] = dk_acc(i) * params.scale;
+    k2[1] = dk_acc(i + 1) * params.scale;
+    v2[0] = dv_acc(i);
+    v2[1] = dv_acc(i + 1);
+    const auto k16 = cutlass::NumericArrayConverter<Element, float, 2>{}(k2);
+    const auto v16 = cutlass::NumericArrayConverter<Element, float, 2>{}(v2);
+    st_shared_b32(&tK(i), reinterpret_cast<const uint32_t&>(k16));
+    st_shared_b32(&tV(i), reinterpret_cast<const uint32_t&>(v16));
+  }
+  cutlass::arch::NamedBarrier::sync(Cfg::kNumMmaThreads, barrier_id(BwdBarrier::kKvStore));
+  constexpr int kPiecesPerRow = kHeadDim * int(sizeof(Element)) / 16;
+  static_assert((kBlockN * kPiecesPerRow) % Cfg::kNumMmaThreads == 0, "whole rounds of 16-byte pieces");
+  CUTE_UNROLL
+  for (int j = 0; j < kBlockN * kPiecesPerRow / Cfg::kNumMmaThreads; ++j) {
+    const int c = thread_idx + j * Cfg::kNumMmaThreads;
+    const int row = c / kPiecesPerRow, col = (c % kPiecesPerRow) * (16 / int(sizeof(Element)));
+    if (key0 + row < si.len_k) {
+      const int64_t key = key0 + row;
+      *reinterpret_cast<uint4*>(dk + key * params.dk_stride[1] + col) = ld_shared_v4(&sK(row, col));
+      *reinterpret_cast<uint4*>(dv + key * params.dv_stride[1] + col) = ld_shared_v4(&sV(row, col));
     }
   }
 }
