@@ -3,8 +3,9 @@
 //   warpgroup 0: S^T = K Q^T, P^T = exp2(...), P^T -> smem  |  warpgroup 1: dP^T = V dO^T
 //   both: dV[:, half] += P^T dO[:, half]                    |  warpgroup 1: P^T <- smem,
 //                                                           |    dS^T = P^T (dP^T - D) -> smem
-//   both: dK[:, half] += dS^T Q[:, half], dQ[:, half] = dS K[:, half]; dQ staged in the halves of
-//         this step's Q and dO buffers that only this warpgroup read, then bulk reduce-added.
+//   both: dQ[:, half] = dS K[:, half], dK[:, half] += dS^T Q[:, half]; dQ staged in the halves of
+//         this step's Q and dO buffers that only this warpgroup read (the dO half while dK still
+//         runs), then bulk reduce-added.
 // Each warpgroup holds dK and dV for its half of head_dim (2 x 64 fp32 per thread), the most that
 // fits beside the 32-value score tile and the 64-value dQ tile. The two score GEMMs are each one
 // full 64 x 64 x 256 tile (N = 64 keeps shared-memory reads per FLOP at the d128 kernel's level;
@@ -49,6 +50,7 @@ __device__ __forceinline__ void consume_head_split(const typename BwdKernel<Cfg>
   typename Mainloop::TiledMmadKV mma_dkv;
   typename Mainloop::TiledMmadQ mma_dq;
   auto thr_sdp = mma_sdp.get_thread_slice(wg_thread);
+  typename Mainloop::TiledMmadKSmemA mma_dk;
   auto thr_dkv = mma_dkv.get_thread_slice(thread_idx);
   auto thr_dq = mma_dq.get_thread_slice(thread_idx);
 
@@ -59,9 +61,11 @@ __device__ __forceinline__ void consume_head_split(const typename BwdKernel<Cfg>
 
   if (range.m_begin < range.m_end) {
     typename Mainloop::template Operands<decltype(thr_sdp), decltype(thr_dkv), decltype(thr_dq)> op(ss, thr_sdp, thr_dkv, thr_dq);
-    // Head_dim split only: dV and dK take P^T and dS^T from shared memory.
-    Tensor tdVrPt = thr_dkv.partition_fragment_A(Mainloop::template smem<typename Mainloop::SmemLayoutdSt>(ss.p.data()));
-    Tensor tdKrdSt = thr_dkv.partition_fragment_A(Mainloop::template smem<typename Mainloop::SmemLayoutdSt>(ss.ds.data()));
+    // dK takes dS^T from shared memory, and warpgroup 1's dV P^T (warpgroup 0's takes it from registers).
+    Tensor tdKrdSt = mma_dk.get_thread_slice(thread_idx).partition_fragment_A(
+        Mainloop::template smem<typename Mainloop::SmemLayoutdSt>(ss.ds.data()));
+    Tensor tdVrPt = mma_dk.get_thread_slice(thread_idx).partition_fragment_A(
+        Mainloop::template smem<typename Mainloop::SmemLayoutdSt>(ss.p.data()));
     Tensor tScS = thr_sdp.partition_C(make_identity_tensor(Shape<BN, BM>{}));
     auto c_rc = ws::acc_rowcol(tScS);
     // P^T / dS^T between accumulator fragments and the swizzled tiles: stmatrix out, ldmatrix back
@@ -96,9 +100,13 @@ __device__ __forceinline__ void consume_head_split(const typename BwdKernel<Cfg>
       const int head = blk.kv_head * mp.group + g;
       for (int m = range.m_begin; m < range.m_end; ++m) {
         Tensor tSrS = partition_fragment_C(mma_sdp, Shape<BN, BM>{});  // S^T, or dP^T on warpgroup 1
-        Tensor tPrP = cute::make_tensor<Element>(tSrS.layout());             // P^T (or dS^T) as 16-bit values
-        Tensor tdVrPt_buf = tdVrPt(_, _, _, buf);  // wgmma_issue takes its A operand by reference
-        Tensor tdKrdSt_buf = tdKrdSt(_, _, _, buf);
+        // P^T as 16-bit values in the A-operand view of the dV GEMM (A from registers), and the
+        // same registers in accumulator order for stmatrix / ldmatrix; dS^T (warpgroup 1) likewise.
+        Tensor tPrP = cute::make_tensor<Element>(ws::acc_to_a_operand_layout(tSrS.layout()));
+        Tensor tPrP_acc = make_tensor(tPrP.data(), tSrS.layout());
+        Tensor tdSrdS_acc = cute::make_tensor<Element>(tSrS.layout());
+        Tensor tdKrdSt_buf = tdKrdSt(_, _, _, buf);  // wgmma_issue takes its A operand by reference
+        Tensor tdVrPt_buf = tdVrPt(_, _, _, buf);
         Tensor tdQrdS_buf = op.dq_a(_, _, _, buf);
         if (score_side) {
           pipe_q.consumer_wait(st);
@@ -110,11 +118,11 @@ __device__ __forceinline__ void consume_head_split(const typename BwdKernel<Cfg>
                                                                     Mainloop::step_needs_mask(si, blk.n_block, m),
                                                                     mp.scale_log2, mp.softcap);
           ws::convert_fragment(tSrS, tPrP);
-          copy(store_tile, thr_store.retile_S(tPrP), thr_store.partition_D(tile_buf(ss.p.data(), buf)));
-          cutlass::arch::fence_view_async_shared();  // generic-proxy stores -> WGMMA (async proxy)
+          copy(store_tile, thr_store.retile_S(tPrP_acc), thr_store.partition_D(tile_buf(ss.p.data(), buf)));
+          cutlass::arch::fence_view_async_shared();  // generic-proxy stores -> ldmatrix and WGMMA reads
           cutlass::arch::NamedBarrier::arrive(Cfg::kNumMmaThreads, barrier_id(BwdBarrier::kPReady));
           pipe_do.consumer_wait(st);
-          ws::wgmma_issue<false>(mma_dkv, tdVrPt_buf, op.dout_t(_, _, _, st.index()), tdVrdV);
+          ws::wgmma_issue<false>(mma_dkv, tPrP, op.dout_t(_, _, _, st.index()), tdVrdV);
           cutlass::arch::NamedBarrier::sync(Cfg::kNumMmaThreads, barrier_id(BwdBarrier::kdSReady));
         } else {
           pipe_do.consumer_wait(st);
@@ -125,10 +133,10 @@ __device__ __forceinline__ void consume_head_split(const typename BwdKernel<Cfg>
           // dV first, so the tensor cores work while dS^T is formed. P^T comes back as the 16-bit
           // values the dV GEMM uses (dS^T = P^T (dP^T - D) then carries P's bf16/fp16 rounding,
           // well inside the 16-bit rounding dS^T itself gets before its GEMMs).
-          ws::wgmma_issue<false>(mma_dkv, tdVrPt_buf, op.dout_t(_, _, _, st.index()), tdVrdV);
-          copy(load_tile, thr_load.partition_S(tile_buf(ss.p.data(), buf)), thr_load.retile_D(tPrP));
+          ws::wgmma_issue<false>(mma_dk, tdVrPt_buf, op.dout_t(_, _, _, st.index()), tdVrdV);
+          copy(load_tile, thr_load.partition_S(tile_buf(ss.p.data(), buf)), thr_load.retile_D(tPrP_acc));
           auto dp_rc = ws::acc_rowcol(tSrS);
-          auto p_rc = ws::acc_rowcol(tPrP);
+          auto p_rc = ws::acc_rowcol(tPrP_acc);
           CUTE_UNROLL
           for (int c = 0; c < size<1>(dp_rc); ++c) {
             const float d = op.dpsum(get<1>(c_rc(0, c)), st.index());
@@ -144,31 +152,43 @@ __device__ __forceinline__ void consume_head_split(const typename BwdKernel<Cfg>
                 dp_rc(r, c) *= softcap_grad(static_cast<float>(p_rc(r, c)), lse, mp.softcap_t);
             }
           }
-          ws::convert_fragment(tSrS, tPrP);
-          copy(store_tile, thr_store.retile_S(tPrP), thr_store.partition_D(tile_buf(ss.ds.data(), buf)));
+          ws::convert_fragment(tSrS, tdSrdS_acc);
+          copy(store_tile, thr_store.retile_S(tdSrdS_acc), thr_store.partition_D(tile_buf(ss.ds.data(), buf)));
           cutlass::arch::fence_view_async_shared();
           cutlass::arch::NamedBarrier::arrive(Cfg::kNumMmaThreads, barrier_id(BwdBarrier::kdSReady));
           pipe_q.consumer_wait(st);
         }
-        ws::wgmma_issue<false>(mma_dkv, tdKrdSt_buf, op.q_t(_, _, _, st.index()), tdKrdK);
+        // dV done before dQ and dK are issued: P^T's registers must be free by then (with them
+        // live, ptxas serialises every WGMMA for want of registers, C7512). It ran under the dS^T
+        // phase, so this rarely waits.
+        warpgroup_wait<0>();
+        // dQ before dK, so that half of dQ is staged while dK runs (below).
         Tensor tdQrdQ = partition_fragment_C(mma_dq, Shape<BM, HD>{});
         ws::wgmma_issue<true>(mma_dq, tdQrdS_buf, op.dq_b, tdQrdQ);
-        warpgroup_wait<0>();  // this warpgroup's dV, dK, dQ done: its halves of Q and dO are free
+        ws::wgmma_issue<false>(mma_dk, tdKrdSt_buf, op.q_t(_, _, _, st.index()), tdKrdK);
 
         // dQ (unscaled) into the fp32 accumulator. Staged in fragment order (Mainloop::dq_offset)
         // into the halves of this stage's Q and dO (columns of this warpgroup's head_dim half: the
         // other warpgroup's dK and dV GEMMs read only its own half, and the full-width S^T / dP^T
         // reads finished before the P / dS barriers), then two 16 KB bulk reduce-adds: vector
         // reduce-adds from every thread measured at half the speed (L2 atomic throughput).
+        // Chunk 1 goes into the dO half as soon as dV and dQ are done (WGMMA groups complete in
+        // issue order), under the dK GEMM; chunk 0 into the Q half only after dK, which reads it.
         const int wg = thread_idx / 128;
         float* chunk[2] = {reinterpret_cast<float*>(ss.q.data() + st.index() * kBlockM * kHeadDim) + wg * Mainloop::kdQChunkElems,
                            reinterpret_cast<float*>(ss.dout.data() + st.index() * kBlockM * kHeadDim) + wg * Mainloop::kdQChunkElems};
         static_assert(Mainloop::kdQPerThread == 64 && Mainloop::kdQChunkElems * 2 * (int)sizeof(float) == kBlockM * kHeadDim * (int)sizeof(Element));
-        CUTE_UNROLL
-        for (int v = 0; v < Mainloop::kdQPerThread; v += 4) {
-          *reinterpret_cast<float4*>(chunk[v / 32] + Mainloop::dq_offset(wg_thread, v % 32)) =
-              make_float4(tdQrdQ(v), tdQrdQ(v + 1), tdQrdQ(v + 2), tdQrdQ(v + 3));
-        }
+        auto stage_chunk = [&](int c) {
+          CUTE_UNROLL
+          for (int v = 32 * c; v < 32 * c + 32; v += 4) {
+            *reinterpret_cast<float4*>(chunk[c] + Mainloop::dq_offset(wg_thread, v % 32)) =
+                make_float4(tdQrdQ(v), tdQrdQ(v + 1), tdQrdQ(v + 2), tdQrdQ(v + 3));
+          }
+        };
+        warpgroup_wait<1>();  // dQ done; dK still reads this warpgroup's Q half
+        stage_chunk(1);
+        warpgroup_wait<0>();  // dK done: the Q half is free
+        stage_chunk(0);
         cutlass::arch::fence_view_async_shared();  // staged dQ visible to the bulk copy (async proxy)
         cutlass::arch::NamedBarrier::sync(128, barrier_id(BwdBarrier::kdQStagedWG0) + wg);
         const int64_t tile = K::dq_tile(params, si, head, m);

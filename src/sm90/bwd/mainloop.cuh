@@ -107,15 +107,20 @@ struct BwdMainloop {
   using AtomSdP = decltype(cute::GMMA::ss_op_selector<Element, Element, float, cute::Shape<cute::_64, BM, HD>>());
   using TiledMmaSdP = std::conditional_t<Cfg::kSplitHeadDim, decltype(cute::make_tiled_mma(AtomSdP{})),
                                          decltype(cute::make_tiled_mma(AtomSdP{}, WarpGroupsAlongM{}))>;
-  // dK, dV: (keys, head_dim), K = queries. Key split: A (P^T or dS^T) from registers. Head_dim
-  // split: A from the shared P^T / dS^T tiles, each warpgroup computing half of head_dim.
-  using AtomdKVRegA = decltype(cute::GMMA::rs_op_selector<Element, Element, float, cute::Shape<cute::_64, HD, BM>,
+  // dK, dV: (keys, head_dim), K = queries, A (P^T or dS^T) from registers. Key split: each
+  // warpgroup its 64 keys, all of head_dim. Head_dim split: all 64 keys, half of head_dim each
+  // (both warpgroups hold the whole P^T and dS^T: one computed, the other loaded by ldmatrix).
+  using AtomdKVRegA = decltype(cute::GMMA::rs_op_selector<Element, Element, float,
+                                                          cute::Shape<cute::_64, cute::Int<Cfg::kSplitHeadDim ? kHeadDim / 2 : kHeadDim>, BM>,
                                                           cute::GMMA::Major::K, cute::GMMA::Major::MN>());
-  using AtomdKVSmemA = decltype(cute::GMMA::ss_op_selector<Element, Element, float,
-                                                           cute::Shape<cute::_64, cute::Int<kHeadDim / 2>, BM>,
-                                                           cute::GMMA::Major::K, cute::GMMA::Major::MN>());
-  using TiledMmadKV = std::conditional_t<Cfg::kSplitHeadDim, decltype(cute::make_tiled_mma(AtomdKVSmemA{}, WarpGroupsAlongN{})),
+  using TiledMmadKV = std::conditional_t<Cfg::kSplitHeadDim, decltype(cute::make_tiled_mma(AtomdKVRegA{}, WarpGroupsAlongN{})),
                                          decltype(cute::make_tiled_mma(AtomdKVRegA{}, WarpGroupsAlongM{}))>;
+  // Head_dim split, dK: A (dS^T) from the shared tile. From registers, dS^T's 16 values would be
+  // live beside dK, dV and dQ while dQ and dK run, and ptxas serialises every WGMMA (C7512).
+  using AtomdKSmemA = decltype(cute::GMMA::ss_op_selector<Element, Element, float,
+                                                          cute::Shape<cute::_64, cute::Int<kHeadDim / 2>, BM>,
+                                                          cute::GMMA::Major::K, cute::GMMA::Major::MN>());
+  using TiledMmadKSmemA = decltype(cute::make_tiled_mma(AtomdKSmemA{}, WarpGroupsAlongN{}));
   // dQ: (queries, head_dim), K = keys; the two warpgroups split head_dim. Transposed (kdQSwapAB):
   // dQ^T (head_dim, queries), A = K^T (MN-major), B = dS (K-major), one 64-row head_dim slice per
   // warpgroup.
