@@ -96,15 +96,16 @@ __device__ __forceinline__ void consume_head_split(const typename BwdKernel<Cfg>
     };
     cutlass::arch::ClusterTransactionBarrier::wait(&ss.barrier_kv, 0);
 
+    const int steps = range.m_end - range.m_begin, start = K::walk_start(params, blk, steps);
     for (int g = 0; g < mp.group; ++g) {
       const int head = blk.kv_head * mp.group + g;
-      for (int m = range.m_begin; m < range.m_end; ++m) {
+      for (int j = 0; j < steps; ++j) {
+        const int m = range.m_begin + j + start - (j + start >= steps ? steps : 0);  // the producer's order
         Tensor tSrS = partition_fragment_C(mma_sdp, Shape<BN, BM>{});  // S^T, or dP^T on warpgroup 1
-        // P^T as 16-bit values in the A-operand view of the dV GEMM (A from registers), and the
-        // same registers in accumulator order for stmatrix / ldmatrix; dS^T (warpgroup 1) likewise.
+        // P^T (warpgroup 1: then dS^T) as 16-bit values: in the A-operand view for warpgroup 0's dV
+        // GEMM (A from registers), and the same registers in accumulator order for stmatrix / ldmatrix.
         Tensor tPrP = cute::make_tensor<Element>(ws::acc_to_a_operand_layout(tSrS.layout()));
         Tensor tPrP_acc = make_tensor(tPrP.data(), tSrS.layout());
-        Tensor tdSrdS_acc = cute::make_tensor<Element>(tSrS.layout());
         Tensor tdKrdSt_buf = tdKrdSt(_, _, _, buf);  // wgmma_issue takes its A operand by reference
         Tensor tdVrPt_buf = tdVrPt(_, _, _, buf);
         Tensor tdQrdS_buf = op.dq_a(_, _, _, buf);
@@ -152,8 +153,9 @@ __device__ __forceinline__ void consume_head_split(const typename BwdKernel<Cfg>
                 dp_rc(r, c) *= softcap_grad(static_cast<float>(p_rc(r, c)), lse, mp.softcap_t);
             }
           }
-          ws::convert_fragment(tSrS, tdSrdS_acc);
-          copy(store_tile, thr_store.retile_S(tdSrdS_acc), thr_store.partition_D(tile_buf(ss.ds.data(), buf)));
+          // Into P^T's registers: warpgroup 1's dV reads P^T from shared memory, not from them.
+          ws::convert_fragment(tSrS, tPrP_acc);
+          copy(store_tile, thr_store.retile_S(tPrP_acc), thr_store.partition_D(tile_buf(ss.ds.data(), buf)));
           cutlass::arch::fence_view_async_shared();
           cutlass::arch::NamedBarrier::arrive(Cfg::kNumMmaThreads, barrier_id(BwdBarrier::kdSReady));
           pipe_q.consumer_wait(st);

@@ -41,9 +41,11 @@ __device__ __forceinline__ void produce(const typename BwdKernel<Cfg>::Params& p
   // K and V are inputs; the rows' lse and D (loaded with Q and dO) come from the preprocess, which
   // may still be running (programmatic launch): wait for it only now.
   wait_for_primary_grid();
+  const int steps = range.m_end - range.m_begin, start = K::walk_start(params, blk, steps);
   for (int g = 0; g < mp.group; ++g) {
     const int head = blk.kv_head * mp.group + g;
-    for (int m = range.m_begin; m < range.m_end; ++m) {
+    for (int j = 0; j < steps; ++j) {
+      const int m = range.m_begin + j + start - (j + start >= steps ? steps : 0);
       if (cute::elect_one_sync()) {
         loader.load_rows(pipe_q, st, mp.tma_q, ss.q.data(), mp.tma_lse, ss.lse.data(), head, m);
         loader.load_rows(pipe_do, st, mp.tma_do, ss.dout.data(), mp.tma_dpsum, ss.dpsum.data(), head, m);

@@ -54,6 +54,20 @@ struct BwdKernel {
     return b;
   }
 
+  // Where a key block's walk over its query blocks starts, as an offset into its range of `steps`
+  // blocks (the walk wraps around). The head_dim split without a mask and not deterministic starts
+  // key block n at offset n mod steps: the 64 key blocks of a head run side by side, and walking in
+  // step they would all reduce-add 64 KB into the same dQ tile at the same moment. Deterministic
+  // runs keep offset 0 (their turn order assumes it); the key split measured a loss (perf-notes,
+  // backward v5 "rotated query walk").
+  __device__ static int walk_start(const Params& p, const Block& blk, int steps) {
+    if constexpr (Cfg::kSplitHeadDim && !Cfg::kCausal) {
+      return p.deterministic ? 0 : blk.n_block % steps;
+    } else {
+      return 0;
+    }
+  }
+
   // Deterministic mode: key block blk's place in the order in which the key blocks add their dQ
   // partials to query tile m_block (its turn counter counts them). Non-causal: increasing key block;
   // every block walks the query tiles from 0, so block n reaches each tile one step after n - 1.
