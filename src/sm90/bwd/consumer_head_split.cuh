@@ -50,7 +50,7 @@ __device__ __forceinline__ void consume_head_split(const typename BwdKernel<Cfg>
   typename Mainloop::TiledMmadKV mma_dkv;
   typename Mainloop::TiledMmadQ mma_dq;
   auto thr_sdp = mma_sdp.get_thread_slice(wg_thread);
-  typename Mainloop::TiledMmadKSmemA mma_dk;
+  typename Mainloop::TiledMmadKVSmemA mma_dkv_smem;  // dK, and warpgroup 1's dV
   auto thr_dkv = mma_dkv.get_thread_slice(thread_idx);
   auto thr_dq = mma_dq.get_thread_slice(thread_idx);
 
@@ -62,9 +62,9 @@ __device__ __forceinline__ void consume_head_split(const typename BwdKernel<Cfg>
   if (range.m_begin < range.m_end) {
     typename Mainloop::template Operands<decltype(thr_sdp), decltype(thr_dkv), decltype(thr_dq)> op(ss, thr_sdp, thr_dkv, thr_dq);
     // dK takes dS^T from shared memory, and warpgroup 1's dV P^T (warpgroup 0's takes it from registers).
-    Tensor tdKrdSt = mma_dk.get_thread_slice(thread_idx).partition_fragment_A(
+    Tensor tdKrdSt = mma_dkv_smem.get_thread_slice(thread_idx).partition_fragment_A(
         Mainloop::template smem<typename Mainloop::SmemLayoutdSt>(ss.ds.data()));
-    Tensor tdVrPt = mma_dk.get_thread_slice(thread_idx).partition_fragment_A(
+    Tensor tdVrPt = mma_dkv_smem.get_thread_slice(thread_idx).partition_fragment_A(
         Mainloop::template smem<typename Mainloop::SmemLayoutdSt>(ss.p.data()));
     Tensor tScS = thr_sdp.partition_C(make_identity_tensor(Shape<BN, BM>{}));
     auto c_rc = ws::acc_rowcol(tScS);
@@ -134,7 +134,7 @@ __device__ __forceinline__ void consume_head_split(const typename BwdKernel<Cfg>
           // dV first, so the tensor cores work while dS^T is formed. P^T comes back as the 16-bit
           // values the dV GEMM uses (dS^T = P^T (dP^T - D) then carries P's bf16/fp16 rounding,
           // well inside the 16-bit rounding dS^T itself gets before its GEMMs).
-          ws::wgmma_issue<false>(mma_dk, tdVrPt_buf, op.dout_t(_, _, _, st.index()), tdVrdV);
+          ws::wgmma_issue<false>(mma_dkv_smem, tdVrPt_buf, op.dout_t(_, _, _, st.index()), tdVrdV);
           copy(load_tile, thr_load.partition_S(tile_buf(ss.p.data(), buf)), thr_load.retile_D(tPrP_acc));
           auto dp_rc = ws::acc_rowcol(tSrS);
           auto p_rc = ws::acc_rowcol(tPrP_acc);
@@ -160,14 +160,15 @@ __device__ __forceinline__ void consume_head_split(const typename BwdKernel<Cfg>
           cutlass::arch::NamedBarrier::arrive(Cfg::kNumMmaThreads, barrier_id(BwdBarrier::kdSReady));
           pipe_q.consumer_wait(st);
         }
-        // dV done before dQ and dK are issued: P^T's registers must be free by then (with them
-        // live, ptxas serialises every WGMMA for want of registers, C7512). It ran under the dS^T
-        // phase, so this rarely waits.
+        // dV done before dQ and dK are issued. Warpgroup 0 needs it: P^T's registers must be free by
+        // then (with them live, ptxas serialises every WGMMA for want of registers, C7512).
+        // Warpgroup 1's dV reads shared memory, but it waits as well (the order measured, v15).
+        // Either ran under the dS^T phase, so this rarely waits.
         warpgroup_wait<0>();
         // dQ before dK, so that half of dQ is staged while dK runs (below).
         Tensor tdQrdQ = partition_fragment_C(mma_dq, Shape<BM, HD>{});
         ws::wgmma_issue<true>(mma_dq, tdQrdS_buf, op.dq_b, tdQrdQ);
-        ws::wgmma_issue<false>(mma_dk, tdKrdSt_buf, op.q_t(_, _, _, st.index()), tdKrdK);
+        ws::wgmma_issue<false>(mma_dkv_smem, tdKrdSt_buf, op.q_t(_, _, _, st.index()), tdKrdK);
 
         // dQ (unscaled) into the fp32 accumulator. Staged in fragment order (Mainloop::dq_offset)
         // into the halves of this stage's Q and dO (columns of this warpgroup's head_dim half: the

@@ -56,7 +56,7 @@ struct BwdKernel {
 
   // Where a key block's walk over its query blocks starts, as an offset into its range of `steps`
   // blocks (the walk wraps around). The head_dim split without a mask and not deterministic starts
-  // key block n at offset n mod steps: the 64 key blocks of a head run side by side, and walking in
+  // key block n at offset n mod steps: the key blocks of a head run side by side, and walking in
   // step they would all reduce-add 64 KB into the same dQ tile at the same moment. Deterministic
   // runs keep offset 0 (their turn order assumes it); the key split measured a loss (perf-notes,
   // backward v5 "rotated query walk").

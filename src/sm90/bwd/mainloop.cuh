@@ -108,19 +108,21 @@ struct BwdMainloop {
   using TiledMmaSdP = std::conditional_t<Cfg::kSplitHeadDim, decltype(cute::make_tiled_mma(AtomSdP{})),
                                          decltype(cute::make_tiled_mma(AtomSdP{}, WarpGroupsAlongM{}))>;
   // dK, dV: (keys, head_dim), K = queries, A (P^T or dS^T) from registers. Key split: each
-  // warpgroup its 64 keys, all of head_dim. Head_dim split: all 64 keys, half of head_dim each
-  // (both warpgroups hold the whole P^T and dS^T: one computed, the other loaded by ldmatrix).
+  // warpgroup its 64 keys, all of head_dim. Head_dim split: all 64 keys, half of head_dim each,
+  // used only for warpgroup 0's dV (P^T is in its registers); the others use TiledMmadKVSmemA.
   using AtomdKVRegA = decltype(cute::GMMA::rs_op_selector<Element, Element, float,
                                                           cute::Shape<cute::_64, cute::Int<Cfg::kSplitHeadDim ? kHeadDim / 2 : kHeadDim>, BM>,
                                                           cute::GMMA::Major::K, cute::GMMA::Major::MN>());
   using TiledMmadKV = std::conditional_t<Cfg::kSplitHeadDim, decltype(cute::make_tiled_mma(AtomdKVRegA{}, WarpGroupsAlongN{})),
                                          decltype(cute::make_tiled_mma(AtomdKVRegA{}, WarpGroupsAlongM{}))>;
-  // Head_dim split, dK: A (dS^T) from the shared tile. From registers, dS^T's 16 values would be
-  // live beside dK, dV and dQ while dQ and dK run, and ptxas serialises every WGMMA (C7512).
-  using AtomdKSmemA = decltype(cute::GMMA::ss_op_selector<Element, Element, float,
-                                                          cute::Shape<cute::_64, cute::Int<kHeadDim / 2>, BM>,
-                                                          cute::GMMA::Major::K, cute::GMMA::Major::MN>());
-  using TiledMmadKSmemA = decltype(cute::make_tiled_mma(AtomdKSmemA{}, WarpGroupsAlongN{}));
+  // Head_dim split, both dK and warpgroup 1's dV: A (dS^T, P^T) from the shared tiles. From
+  // registers, their 16 values would be live beside dK, dV and dQ while dQ and dK run, and ptxas
+  // serialises every WGMMA (C7512). Same shape and warpgroup layout as TiledMmadKV, so the B
+  // fragments (Operands::dout_t, q_t) partitioned for one serve the other.
+  using AtomdKVSmemA = decltype(cute::GMMA::ss_op_selector<Element, Element, float,
+                                                           cute::Shape<cute::_64, cute::Int<kHeadDim / 2>, BM>,
+                                                           cute::GMMA::Major::K, cute::GMMA::Major::MN>());
+  using TiledMmadKVSmemA = decltype(cute::make_tiled_mma(AtomdKVSmemA{}, WarpGroupsAlongN{}));
   // dQ: (queries, head_dim), K = keys; the two warpgroups split head_dim. Transposed (kdQSwapAB):
   // dQ^T (head_dim, queries), A = K^T (MN-major), B = dS (K-major), one 64-row head_dim slice per
   // warpgroup.
