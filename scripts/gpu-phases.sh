@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Run ON THE GPU MACHINE from the repository root, with .gpu/ (scripts/gpu-pack.sh; the library may
+# be left xz'd) and, for A/B, libraries in .gpu-exp/ab/libhopattn-<name>.so.xz (carry both folders).
+# One device call does several phases, in the order given:
+#   gt    the GPU gtests on $LIB (GT_FILTER, default all; GT_T seconds, default 330)
+#   py    pytest in .gpu on $LIB (PY_ARGS, default tests/python; PY_T, default 300)
+#   san   compute-sanitizer memcheck and racecheck on SAN_FILTER (default: backward tests)
+#   ab    bench/ab.py over every .gpu-exp/ab library, libhopattn-base first when present
+#         (AB_POINTS head_dim:seqlen:causal,..., AB_OP default backward, AB_ROUNDS default 3)
+#   grid  bench/compare.py $GRID_ARGS
+# $LIB defaults to .gpu's library. Logs go to $OUT (the device tool's output folder); a summary of
+# each phase is printed. Example:
+#   GT_FILTER='*Backward*' AB_POINTS=256:4096:0,256:2048:1 bash scripts/gpu-phases.sh gt ab
+set -uo pipefail
+p=$PWD/.gpu
+[ -f $p/lib/libhopattn.so ] || xz -T8 -dk $p/lib/libhopattn.so.xz
+ab=$PWD/.gpu-exp/ab
+for f in $ab/*.so.xz; do [ -e "$f" ] && { [ -f ${f%.xz} ] || xz -T8 -dk $f; }; done
+export PYTHONPATH=$p/python PYTHONUNBUFFERED=1
+O=${OUT:-/tmp/out}
+mkdir -p $O
+LIB=$(readlink -f "${LIB:-$p/lib/libhopattn.so}")  # absolute: withlib links to it from /tmp
+name=$(basename $LIB .so)
+# Each library is loaded through its own folder, so that a process sees one libhopattn.so only.
+withlib() {
+  local lib=$1; shift
+  local d=/tmp/l-$(basename $lib .so)
+  mkdir -p $d && ln -sf $lib $d/libhopattn.so
+  LD_LIBRARY_PATH=$d HOPATTN_LIBRARY=$lib "$@"
+}
+ab_libs() {
+  local first=$ab/libhopattn-base.so
+  for f in $( [ -f $first ] && echo $first) $(ls $ab/*.so 2>/dev/null | grep -v -- -base.so); do
+    n=$(basename $f .so)
+    echo --lib ${n#libhopattn-}=$f
+  done
+}
+t0=$(date +%s)
+for phase in "$@"; do
+  echo "=== $phase $(( $(date +%s) - t0 )) s lib=$LIB"
+  case $phase in
+    gt)
+      withlib $LIB timeout ${GT_T:-330} $p/bin/hopattn_gpu_tests --gtest_brief=1 --gtest_filter="${GT_FILTER:-*}" > $O/gt-$name.log 2>&1
+      echo "rc=$?"
+      grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED|tests ran' $O/gt-$name.log | sed 's/, where.*//' | head -12 ;;
+    py)
+      (cd $p && withlib $LIB env HOPATTN_REQUIRE_LIBRARY=1 timeout ${PY_T:-300} python3 -m pytest -q -x ${PY_ARGS:-tests/python} > $O/py.log 2>&1
+       echo "rc=$?")
+      tail -2 $O/py.log ;;
+    san)
+      for tool in memcheck racecheck; do
+        withlib $LIB timeout ${SAN_T:-90} compute-sanitizer --tool $tool --error-exitcode 3 $p/bin/hopattn_gpu_tests --gtest_brief=1 \
+          --gtest_filter="${SAN_FILTER:-Sm90/BackwardVsReference*bf16_d*_b2_h8x2_q255_k127_det:Sm90/BackwardVsReference*bf16_d*_b1_h8x2_q255_k127}" \
+          > $O/san-$tool-$name.log 2>&1
+        echo "[$tool rc=$?] $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED' $O/san-$tool-$name.log | tr '\n' ' ')"
+      done ;;
+    ab)
+      withlib $LIB python3 $p/bench/ab.py $(ab_libs) --op ${AB_OP:-backward} --points ${AB_POINTS:?AB_POINTS is needed} \
+        --rounds ${AB_ROUNDS:-3} > $O/ab.log 2>&1
+      echo "rc=$?"
+      grep -v '^AB ' $O/ab.log | tail -20 ;;
+    grid)
+      withlib $LIB timeout ${GRID_T:-400} python3 $p/bench/compare.py ${GRID_ARGS:-} > $O/grid.log 2>&1
+      echo "rc=$?"
+      tail -45 $O/grid.log ;;
+    *) echo "unknown phase $phase" >&2 ;;
+  esac
+done
+echo "=== done $(( $(date +%s) - t0 )) s"
