@@ -44,7 +44,7 @@ def main(argv=None):
     per_tensor = [f.quantize(t, "tensor")[0] for t in (q, k, v)]
     rows = [
         ("per-tensor FP8 (the bar's baseline)", "", per_tensor),
-        ("rotated Q/K + block scales (the kernel)", "1x", (qb, kb, vb)),
+        ("rotated Q/K + block scales (the kernel)", "none", (qb, kb, vb)),
         ("+ V residual", "+1 P V GEMM", (qb, kb, two_terms(v))),
         ("+ K residual", "+1 score GEMM", (qb, two_terms(kr), vb)),
         ("+ K and V residuals", "+1 of each", (qb, two_terms(kr), two_terms(v))),

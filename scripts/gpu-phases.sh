@@ -4,7 +4,7 @@
 # One device call does several phases, in the order given:
 #   gt    the GPU gtests on $LIB (GT_FILTER, default all; GT_T seconds, default 330)
 #   py    pytest in .gpu on $LIB (PY_ARGS, default tests/python; PY_T, default 300)
-#   san   compute-sanitizer memcheck and racecheck on SAN_FILTER (default: backward tests)
+#   san   scripts/gpu-sanitize.sh (memcheck, racecheck) on SAN_FILTER (default: backward tests)
 #   ab    bench/ab.py over every .gpu-exp/ab library, libhopattn-base first when present
 #         (AB_POINTS head_dim:seqlen:causal,..., AB_OP default backward, AB_ROUNDS default 3)
 #   grid  bench/compare.py $GRID_ARGS
@@ -47,13 +47,10 @@ for phase in "$@"; do
       (cd $p && withlib $LIB env HOPATTN_REQUIRE_LIBRARY=1 timeout ${PY_T:-300} python3 -m pytest -q -x ${PY_ARGS:-tests/python} > $O/py.log 2>&1
        echo "rc=$?")
       tail -2 $O/py.log ;;
-    san)
-      for tool in memcheck racecheck; do
-        withlib $LIB timeout ${SAN_T:-90} compute-sanitizer --tool $tool --error-exitcode 3 $p/bin/hopattn_gpu_tests --gtest_brief=1 \
-          --gtest_filter="${SAN_FILTER:-Sm90/BackwardVsReference*bf16_d*_b2_h8x2_q255_k127_det:Sm90/BackwardVsReference*bf16_d*_b1_h8x2_q255_k127}" \
-          > $O/san-$tool-$name.log 2>&1
-        echo "[$tool rc=$?] $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED' $O/san-$tool-$name.log | tr '\n' ' ')"
-      done ;;
+    san)  # scripts/gpu-sanitize.sh on $LIB, under the default forward kernel only
+      withlib $LIB env LIBDIR=/tmp/l-$name SAN_KERNELS=ws timeout ${SAN_T:-180} bash scripts/gpu-sanitize.sh \
+        "${SAN_FILTER:-Sm90/BackwardVsReference*bf16_d*_b2_h8x2_q255_k127_det:Sm90/BackwardVsReference*bf16_d*_b1_h8x2_q255_k127}"
+      echo "rc=$?" ;;
     ab)
       withlib $LIB python3 $p/bench/ab.py $(ab_libs) --op ${AB_OP:-backward} --points ${AB_POINTS:?AB_POINTS is needed} \
         --rounds ${AB_ROUNDS:-3} > $O/ab.log 2>&1

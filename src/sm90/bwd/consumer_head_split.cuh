@@ -62,10 +62,9 @@ __device__ __forceinline__ void consume_head_split(const typename BwdKernel<Cfg>
   if (range.m_begin < range.m_end) {
     typename Mainloop::template Operands<decltype(thr_sdp), decltype(thr_dkv), decltype(thr_dq)> op(ss, thr_sdp, thr_dkv, thr_dq);
     // dK takes dS^T from shared memory, and warpgroup 1's dV P^T (warpgroup 0's takes it from registers).
-    Tensor tdKrdSt = mma_dkv_smem.get_thread_slice(thread_idx).partition_fragment_A(
-        Mainloop::template smem<typename Mainloop::SmemLayoutdSt>(ss.ds.data()));
-    Tensor tdVrPt = mma_dkv_smem.get_thread_slice(thread_idx).partition_fragment_A(
-        Mainloop::template smem<typename Mainloop::SmemLayoutdSt>(ss.p.data()));
+    auto thr_dkv_smem = mma_dkv_smem.get_thread_slice(thread_idx);
+    Tensor tdKrdSt = thr_dkv_smem.partition_fragment_A(Mainloop::template smem<typename Mainloop::SmemLayoutdSt>(ss.ds.data()));
+    Tensor tdVrPt = thr_dkv_smem.partition_fragment_A(Mainloop::template smem<typename Mainloop::SmemLayoutdSt>(ss.p.data()));
     Tensor tScS = thr_sdp.partition_C(make_identity_tensor(Shape<BN, BM>{}));
     auto c_rc = ws::acc_rowcol(tScS);
     // P^T / dS^T between accumulator fragments and the swizzled tiles: stmatrix out, ldmatrix back
@@ -100,7 +99,7 @@ __device__ __forceinline__ void consume_head_split(const typename BwdKernel<Cfg>
     for (int g = 0; g < mp.group; ++g) {
       const int head = blk.kv_head * mp.group + g;
       for (int j = 0; j < steps; ++j) {
-        const int m = range.m_begin + j + start - (j + start >= steps ? steps : 0);  // the producer's order
+        const int m = K::walk_block(range.m_begin, steps, start, j);
         Tensor tSrS = partition_fragment_C(mma_sdp, Shape<BN, BM>{});  // S^T, or dP^T on warpgroup 1
         // P^T (warpgroup 1: then dS^T) as 16-bit values: in the A-operand view for warpgroup 0's dV
         // GEMM (A from registers), and the same registers in accumulator order for stmatrix / ldmatrix.

@@ -45,7 +45,7 @@ __device__ __forceinline__ void produce(const typename BwdKernel<Cfg>::Params& p
   for (int g = 0; g < mp.group; ++g) {
     const int head = blk.kv_head * mp.group + g;
     for (int j = 0; j < steps; ++j) {
-      const int m = range.m_begin + j + start - (j + start >= steps ? steps : 0);
+      const int m = K::walk_block(range.m_begin, steps, start, j);
       if (cute::elect_one_sync()) {
         loader.load_rows(pipe_q, st, mp.tma_q, ss.q.data(), mp.tma_lse, ss.lse.data(), head, m);
         loader.load_rows(pipe_do, st, mp.tma_do, ss.dout.data(), mp.tma_dpsum, ss.dpsum.data(), head, m);

@@ -67,6 +67,10 @@ struct BwdKernel {
       return 0;
     }
   }
+  // The query block of step j of that walk, for the producer and the consumers alike.
+  __device__ static int walk_block(int m_begin, int steps, int start, int j) {
+    return m_begin + j + start - (j + start >= steps ? steps : 0);
+  }
 
   // Deterministic mode: key block blk's place in the order in which the key blocks add their dQ
   // partials to query tile m_block (its turn counter counts them). Non-causal: increasing key block;
