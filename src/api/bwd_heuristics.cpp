@@ -6,7 +6,8 @@ namespace hopattn::heuristics {
 
 BwdTuning& bwd_tuning() {
   static BwdTuning t{env_override("HOPATTN_BWD_KEY_BLOCKS_INNER"), env_override("HOPATTN_BWD_DQ_FIRST_STORE"),
-                     env_override("HOPATTN_BWD_PDL"), env_override("HOPATTN_BWD_SECTION_HEADS")};
+                     env_override("HOPATTN_BWD_PDL"), env_override("HOPATTN_BWD_SECTION_HEADS"),
+                     env_override("HOPATTN_BWD_DQ_OVERLAP")};
   return t;
 }
 
@@ -37,5 +38,8 @@ bool bwd_dq_first_store() { return forced_or(bwd_tuning().dq_first_store, true);
 // and 2k causal 1-2% slower). The main kernel's CTAs need a whole SM, so they cannot start before the
 // preprocess's blocks on that SM have left, and the launch gap on a busy stream is already hidden.
 bool bwd_programmatic_launch() { return forced_or(bwd_tuning().pdl, false); }
+
+// Pending its measurement (docs/perf-notes.md, backward v16).
+bool bwd_dq_overlap() { return forced_or(bwd_tuning().dq_overlap, true); }
 
 }  // namespace hopattn::heuristics

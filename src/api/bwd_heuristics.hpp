@@ -11,6 +11,7 @@ struct BwdTuning {
   int dq_first_store = -1;    // HOPATTN_BWD_DQ_FIRST_STORE=0/1
   int pdl = -1;               // HOPATTN_BWD_PDL=0/1
   int section_heads = -1;     // HOPATTN_BWD_SECTION_HEADS=N (N >= 1 heads per launch section)
+  int dq_overlap = -1;        // HOPATTN_BWD_DQ_OVERLAP=0/1
 };
 BwdTuning& bwd_tuning();
 
@@ -32,5 +33,9 @@ bool bwd_dq_first_store();
 // Whether the main kernel and the postprocess are launched with programmatic stream serialisation
 // behind the kernel before them (sm90/grid_dependency.cuh). Off by default; 1 turns it on.
 bool bwd_programmatic_launch();
+
+// Head_dim 256: whether the dQ postprocess overlaps the main kernel's last wave (sm90/bwd/
+// workspace.hpp, dq_overlap). 0 launches it behind the whole main grid.
+bool bwd_dq_overlap();
 
 }  // namespace hopattn::heuristics

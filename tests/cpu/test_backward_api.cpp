@@ -432,6 +432,21 @@ TEST(BackwardWorkspace, QueryStepAndRowPadding) {
   EXPECT_EQ(sm90::bwd::workspace_layout(p).query_step, 64);
 }
 
+// The dq_overlap counters: one int per (batch, kv head), after the semaphores.
+TEST(BackwardWorkspace, DqDoneCounters) {
+  using namespace sm90::bwd;
+  AttnProblem p;
+  p.batch = 3, p.seqlen_q = 1000, p.seqlen_k = 700, p.heads_q = 8, p.heads_kv = 2, p.head_dim = 256;
+  p.window_left = p.window_right = -1;
+  const WorkspaceLayout w = workspace_layout(p);
+  EXPECT_GE(w.dq_done, w.semaphore + std::size_t(3 * 8 * 1024 / kQueryBlock) * sizeof(int));
+  EXPECT_EQ(w.dq_done % 256, 0u);
+  EXPECT_GE(w.total, w.dq_done + std::size_t(3 * 2) * sizeof(int));
+  EXPECT_TRUE(dq_overlap(256));
+  EXPECT_FALSE(dq_overlap(128));
+  EXPECT_FALSE(dq_overlap(64));
+}
+
 TEST(BackwardWorkspace, NoDeviceIsReportedAfterValidation) {
   if (has_cuda_device()) GTEST_SKIP() << "a CUDA device is present; this checks the no-device path";
   SKIP_WITHOUT_BACKWARD_KERNEL();

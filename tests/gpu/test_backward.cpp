@@ -26,6 +26,7 @@
 #include "api/bwd_heuristics.hpp"
 #include "api/instantiations.hpp"
 #include "hopattn/hopattn.hpp"
+#include "sm90/bwd/workspace.hpp"
 
 namespace hopattn::test {
 namespace {
@@ -795,6 +796,43 @@ TEST(BackwardLaunchOrder, CausalSectionsMatchReferenceAndEachOther) {
   }
   tuning = saved;
   if (!ran) GTEST_SKIP() << "not built: " << build_instantiations();
+}
+
+// d256's dQ postprocess overlapping the main kernel's last wave (sm90/bwd/workspace.hpp,
+// dq_overlap): the same gradients as behind the whole grid, against the reference, dK and dV
+// bitwise; and every (batch, kv head)'s done counter reads the grid's key blocks afterwards.
+TEST(BackwardDqOverlap, MatchesWaitingForTheWholeGrid) {
+  if (!has_sm90()) GTEST_SKIP() << "no sm_90 device";
+  const std::optional<DType> t = built_dtype(256);
+  if (!t) GTEST_SKIP() << "not built: " << build_instantiations();
+  heuristics::BwdTuning& tuning = heuristics::bwd_tuning();
+  const heuristics::BwdTuning saved = tuning;
+  for (const BwdCase& c : {BwdCase{*t, 256, false, 700, 900, 8, 2, 3, false}, BwdCase{*t, 256, true, 255, 1000, 4, 1, 2, false},
+                           BwdCase{*t, 256, false, 130, 300, 4, 4, 2, true}}) {
+    PreparedCase p = prepare(c);
+    DeviceBuffer ws;
+    Grads g[2];
+    for (int overlap : {0, 1}) {
+      tuning.dq_overlap = overlap;
+      const Result r = run_backward(p.w, p.args, &ws, &g[overlap]);
+      tuning = saved;
+      const std::string what = p.name + " dq_overlap " + std::to_string(overlap);
+      ASSERT_TRUE(r.ok()) << what << ": backward: " << r.message;
+      check_grads(what, *t, g[overlap], p.ref);
+    }
+    EXPECT_EQ(count_differences(g[1].dk, g[0].dk, *t), 0u) << p.name;
+    EXPECT_EQ(count_differences(g[1].dv, g[0].dv, *t), 0u) << p.name;
+    AttnProblem prob;
+    prob.batch = c.batch, prob.seqlen_q = c.seqlen_q, prob.seqlen_k = c.seqlen_k, prob.heads_q = c.heads_q;
+    prob.heads_kv = c.heads_kv, prob.head_dim = 256, prob.causal = c.causal;
+    prob.window_left = -1, prob.window_right = c.causal ? 0 : -1;
+    const sm90::bwd::WorkspaceLayout layout = sm90::bwd::workspace_layout(prob);
+    ASSERT_LE(layout.total, ws.bytes());
+    std::vector<int> done(c.batch * c.heads_kv);
+    HOPATTN_TEST_CUDA(cudaMemcpy(done.data(), static_cast<const char*>(ws.get()) + layout.dq_done, done.size() * sizeof(int),
+                                 cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < done.size(); ++i) EXPECT_EQ(done[i], (c.seqlen_k + 63) / 64) << p.name << " (batch, kv head) " << i;
+  }
 }
 
 // ---- 5: bad arguments on the device --------------------------------------------------------------

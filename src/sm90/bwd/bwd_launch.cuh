@@ -25,6 +25,7 @@ namespace bwd {
 
 // The preprocess, main kernel and postprocess must agree on it (one call, one answer).
 inline bool use_dq_first_store(int head_dim) { return dq_first_store(head_dim) && heuristics::bwd_dq_first_store(); }
+inline bool use_dq_overlap(int head_dim) { return dq_overlap(head_dim) && heuristics::bwd_dq_overlap(); }
 
 // Heads per launch section (launch_order.hpp). Only plain causal fixed-length runs have units of
 // different lengths to order; windowed, packed and deterministic runs keep the key blocks of one
@@ -60,6 +61,7 @@ cudaError_t launch_main(const AttnBackwardProblem& bp, const WorkspaceLayout& w,
   params.deterministic = bp.deterministic;
   params.section_heads = section_heads<Cfg>(bp, params.deterministic);
   params.dq_first_store = use_dq_first_store(kHeadDim);
+  params.dq_done = use_dq_overlap(kHeadDim) ? reinterpret_cast<int*>(ws + w.dq_done) : nullptr;
   const int64_t grid = int64_t(params.n_blocks) * p.heads_kv * p.batch;
   if (grid > INT_MAX) return cudaErrorInvalidConfiguration;
   if (cudaError_t e = set_max_dynamic_smem_once<&bwd_kernel<Cfg>>(K::kSmemBytes); e != cudaSuccess) return e;
@@ -78,10 +80,11 @@ cudaError_t postprocess(PrePostParams pp, const AttnProblem& p, const WorkspaceL
   pp.m_blocks = int(w.seqlen_q_padded / DqMainloop::kBlockM);  // the postprocess's query blocks
   const int64_t tiles = p.batch * p.heads_q * pp.m_blocks;
   if (tiles > INT_MAX) return cudaErrorInvalidConfiguration;
-  // Programmatic: its launch overlaps the main kernel's last CTAs; it waits for them at its top.
+  // Programmatic: its launch overlaps the main kernel's last CTAs; it waits for them at its top (all
+  // of them, or under dq_overlap those of each tile's heads).
   return launch_maybe_programmatic(bwd_postprocess_kernel<DqMainloop>, dim3(unsigned(tiles)),
                                    dim3(DqMainloop::kdQElems / DqMainloop::kdQPerThread), 0, stream,
-                                   heuristics::bwd_programmatic_launch(), pp);
+                                   pp.dq_done != nullptr || heuristics::bwd_programmatic_launch(), pp);
 }
 }  // namespace bwd
 
@@ -110,6 +113,11 @@ cudaError_t run_bwd(const AttnBackwardProblem& bp, void* workspace, cudaStream_t
     pp.dq_accum = reinterpret_cast<float*>(ws_bytes + w.dq_accum);
     pp.semaphore = reinterpret_cast<int*>(ws_bytes + w.semaphore);
     pp.dq_first_store = bwd::use_dq_first_store(kHeadDim);
+    pp.dq_done = bwd::use_dq_overlap(kHeadDim) ? reinterpret_cast<int*>(ws_bytes + w.dq_done) : nullptr;
+    pp.dq_done_count = int(p.batch * p.heads_kv);
+    constexpr int kBlockN = bwd::BwdConfig<kDType, kHeadDim, false>::kBlockN;  // every variant's (config.hpp)
+    pp.dq_done_target = int((p.seqlen_k + kBlockN - 1) / kBlockN);            // the main grid's key blocks
+    pp.group = int(p.group());
     for (int i = 0; i < 3; ++i) {
       pp.o_stride[i] = p.o_stride[i];
       pp.do_stride[i] = bp.do_stride[i];

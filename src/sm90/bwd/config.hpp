@@ -41,6 +41,8 @@ struct BwdConfig {
   static constexpr bool kSplitHeadDim = kHeadDim == 256;
   // The key split's dQ writer warp stores each tile's first partial (dq_first_store, workspace.hpp).
   static_assert(dq_first_store(kHeadDim) == !kSplitHeadDim);
+  // Only the head split's consumers count themselves done (count_dq_done).
+  static_assert(!dq_overlap(kHeadDim) || kSplitHeadDim);
   // Queries per step: the N of the S^T / dP^T GEMMs and the K of the dK / dV GEMMs. d128: 64 keeps
   // the transposed scores (32 fp32 per thread each) beside dK and dV (2 x 64 per thread); 80 (40
   // each) still fits and fills shared memory (fixed-length unmasked batches: bwd_query_step). d64:

@@ -216,6 +216,7 @@ __device__ __forceinline__ void consume_head_split(const typename BwdKernel<Cfg>
     release_staged();  // the producer's tail waits for every stage; smem must outlive the bulk reads
   }
   store_dk_dv<Cfg>(params, blk, si, thr_dkv, tdKrdK, tdVrdV, ss, thread_idx);
+  count_dq_done<Cfg>(params, blk, wg_thread == 0, thread_idx);  // the bulk adds are wg_thread 0's
 }
 
 }  // namespace hopattn::sm90::bwd

@@ -37,6 +37,7 @@ struct BwdKernel {
     bool deterministic;
     int section_heads;  // heads per launch section (launch_order.hpp); 1 for all but plain causal
     bool dq_first_store;  // the accumulator is not zeroed: each tile's first partial is stored (workspace.hpp)
+    int* dq_done;  // dq_overlap: per (batch, kv head), zeroed by the preprocess; null otherwise
   };
 
   struct Block {
@@ -136,6 +137,25 @@ __device__ __forceinline__ bool take_dq_ticket(int* sem) {
 // The first block's store is complete in global memory (bulk_wait_complete): let the others add.
 __device__ __forceinline__ void publish_dq_store(int* sem) {
   asm volatile("red.release.gpu.global.or.b32 [%0], %1;" ::"l"(sem), "r"(kdQStored) : "memory");
+}
+
+// dq_overlap: this CTA's dQ partials are complete in global memory; count it done for its (batch, kv
+// head), with release semantics, for the postprocess's tiles of those heads (bwd_postprocess_kernel).
+// `issuer`: a thread that issued bulk adds, which waits for their global writes first. Every consumer
+// thread calls this, after its last bulk add.
+template <class Cfg>
+__device__ __forceinline__ void count_dq_done(const typename BwdKernel<Cfg>::Params& params,
+                                              const typename BwdKernel<Cfg>::Block& blk, bool issuer, int thread_idx) {
+  if (params.dq_done == nullptr) return;
+  if (issuer) {
+    asm volatile("cp.async.bulk.wait_group 0;\n\tfence.proxy.async.global;" ::: "memory");
+    __threadfence();
+  }
+  cutlass::arch::NamedBarrier::sync(Cfg::kNumMmaThreads, barrier_id(BwdBarrier::kKvStore));
+  if (thread_idx == 0) {
+    asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(params.dq_done + int64_t(blk.batch) * params.mainloop.heads_kv + blk.kv_head)
+                 : "memory");
+  }
 }
 
 // Adds `bytes` of fp32 from shared memory into global memory, element-wise, as one asynchronous

@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "api/problem.hpp"
+#include "sm90/bwd/kernel_common.cuh"
 #include "sm90/bwd/mainloop.cuh"
 #include "sm90/bwd/workspace.hpp"
 #include "sm90/grid_dependency.cuh"
@@ -38,6 +39,11 @@ struct PrePostParams {
   const int32_t* cu_q;
   const int32_t* used_q;
   int total_q;
+  // dq_overlap (workspace.hpp): per (batch, kv head), the main-kernel CTAs done, zeroed by the
+  // preprocess (dq_done_count of them); the postprocess waits for dq_done_target (the main grid's key
+  // blocks) on its tile's. Null: no overlap, the postprocess waits for the whole main grid.
+  int* dq_done;
+  int dq_done_count, dq_done_target, group;
 };
 
 // Query rows of batch entry b: its first token row, length (rows written) and seqused (rows that
@@ -91,6 +97,9 @@ __global__ void __launch_bounds__(PreprocessShape<Element, kHeadDim>::kThreads) 
   // The main kernel (launched programmatically behind this one) may be scheduled once every block
   // has started: it waits for this grid's end before reading what it writes.
   launch_dependents();
+  if (p.dq_done != nullptr && blockIdx.x == 0) {
+    for (int i = threadIdx.x; i < p.dq_done_count; i += blockDim.x) p.dq_done[i] = 0;
+  }
   const int64_t warp_row = (int64_t(blockIdx.x) * (Shape::kThreads / 32) + threadIdx.x / 32) * Shape::kRowsPerWarp;
   if (warp_row >= int64_t(p.batch) * p.heads_q * p.seqlen_q_padded) return;  // whole warps: rows come in kRowsPerWarp
   const int lane = threadIdx.x % 32, sub = lane % kLanes;
@@ -165,13 +174,24 @@ __global__ void __launch_bounds__(Mainloop::kdQElems / Mainloop::kdQPerThread)
   using Element = typename Mainloop::Element;
   constexpr int kThreads = Mainloop::kdQElems / Mainloop::kdQPerThread;
   constexpr int kBlockM = Mainloop::kBlockM;
-  // Launched programmatically behind the main kernel: nothing here may read the accumulator or the
-  // counters before that grid has finished (and, through it, the preprocess).
-  wait_for_primary_grid();
   const int64_t grid_tile = blockIdx.x;  // (batch, head, m_block) flattened
   const int m_block = int(grid_tile % p.m_blocks);
   const int head = int((grid_tile / p.m_blocks) % p.heads_q);
   const int batch = int(grid_tile / (int64_t(p.m_blocks) * p.heads_q));
+  // Launched programmatically behind the main kernel: nothing here may read the accumulator or the
+  // counters before that grid has finished (and, through it, the preprocess), or (dq_overlap) before
+  // every main-kernel CTA of this tile's (batch, kv head) has counted itself done. Every CTA waits,
+  // even one past its sequence's rows: the grid then ends only after every main-kernel CTA has
+  // counted itself done, so later work on the stream sees all of dK and dV too.
+  if (p.dq_done != nullptr) {
+    if (threadIdx.x == 0) {
+      const int* done = p.dq_done + int64_t(batch) * (p.heads_q / p.group) + head / p.group;
+      while (load_acquire(done) < p.dq_done_target) __nanosleep(200);
+    }
+    __syncthreads();
+  } else {
+    wait_for_primary_grid();
+  }
   const QueryRows q = query_rows(p, batch);
   if (m_block * kBlockM >= q.len) return;  // varlen: past this sequence
   // Rows past seqused in a tile that has partials get zeros from them (their lse is +inf, so P = 0).
@@ -189,7 +209,8 @@ __global__ void __launch_bounds__(Mainloop::kdQElems / Mainloop::kdQPerThread)
   float v[Mainloop::kdQPerThread];
 #pragma unroll
   for (int j = 0; j < Mainloop::kdQPerThread / 4; ++j) {
-    const float4 x = written ? *reinterpret_cast<const float4*>(acc + Mainloop::dq_offset(t, 4 * j)) : make_float4(0.f, 0.f, 0.f, 0.f);
+    // L2 only (ld.global.cg): under dq_overlap the main kernel's adds land there while this grid runs.
+    const float4 x = written ? __ldcg(reinterpret_cast<const float4*>(acc + Mainloop::dq_offset(t, 4 * j))) : make_float4(0.f, 0.f, 0.f, 0.f);
     v[4 * j] = x.x, v[4 * j + 1] = x.y, v[4 * j + 2] = x.z, v[4 * j + 3] = x.w;
   }
   Element* dq = static_cast<Element*>(p.dq) + batch * p.dq_stride[0] + int64_t(q.offset) * p.dq_stride[1] +

@@ -26,6 +26,13 @@ inline constexpr int64_t kRowPadding = 128;
 // as it reads from O and dO). The head_dim split (d256) adds its two halves from consumer threads,
 // which must not spin on another CTA, so its accumulator is still zeroed.
 inline constexpr bool dq_first_store(int64_t head_dim) { return head_dim != 256; }
+// Whether the dQ postprocess overlaps the main kernel's last wave (head_dim 256): launched
+// programmatically, its CTAs start on the SMs that the last, partial wave of the main grid leaves
+// idle, and each converts a tile as soon as every main-kernel CTA of that tile's (batch, kv head)
+// has counted itself done (dq_done), rather than once the whole grid has. The d256 grid is 2048
+// units of equal length at the paper's shapes: 15.5 waves on 132 SMs, the last half-empty for a
+// whole unit, while the postprocess (reading the 128 MB accumulator) takes ~48 us after it.
+inline constexpr bool dq_overlap(int64_t head_dim) { return head_dim == 256; }
 // A tile's counter: bits below kdQStored count the key blocks that reached it (deterministic mode:
 // the turn, which counts them too); kdQStored is set once the first one's store has landed.
 inline constexpr int kdQStored = 1 << 30;
@@ -81,6 +88,7 @@ struct WorkspaceLayout {
   std::size_t dpsum = 0;      // float: D = rowsum(dout * out); 0 for pad rows
   std::size_t dq_accum = 0;   // float x head_dim: dQ / scale, summed over key blocks
   std::size_t semaphore = 0;  // int per kQueryBlock rows: deterministic mode's turn counters
+  std::size_t dq_done = 0;    // int per (batch, kv head): its main-kernel CTAs done (dq_overlap)
   std::size_t total = 0;
 };
 
@@ -108,6 +116,8 @@ inline WorkspaceLayout workspace_layout(const AttnProblem& p) {
   off = align256(off + rows * std::size_t(p.head_dim) * sizeof(float));
   w.semaphore = off;
   off = align256(off + rows / kQueryBlock * sizeof(int));
+  w.dq_done = off;
+  off = align256(off + std::size_t(p.batch) * std::size_t(p.heads_kv) * sizeof(int));
   w.total = off;
   return w;
 }
