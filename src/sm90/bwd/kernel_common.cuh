@@ -139,25 +139,6 @@ __device__ __forceinline__ void publish_dq_store(int* sem) {
   asm volatile("red.release.gpu.global.or.b32 [%0], %1;" ::"l"(sem), "r"(kdQStored) : "memory");
 }
 
-// dq_overlap: this CTA's dQ partials are complete in global memory; count it done for its (batch, kv
-// head), with release semantics, for the postprocess's tiles of those heads (bwd_postprocess_kernel).
-// `issuer`: a thread that issued bulk adds, which waits for their global writes first. Every consumer
-// thread calls this, after its last bulk add.
-template <class Cfg>
-__device__ __forceinline__ void count_dq_done(const typename BwdKernel<Cfg>::Params& params,
-                                              const typename BwdKernel<Cfg>::Block& blk, bool issuer, int thread_idx) {
-  if (params.dq_done == nullptr) return;
-  if (issuer) {
-    asm volatile("cp.async.bulk.wait_group 0;\n\tfence.proxy.async.global;" ::: "memory");
-    __threadfence();
-  }
-  cutlass::arch::NamedBarrier::sync(Cfg::kNumMmaThreads, barrier_id(BwdBarrier::kKvStore));
-  if (thread_idx == 0) {
-    asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(params.dq_done + int64_t(blk.batch) * params.mainloop.heads_kv + blk.kv_head)
-                 : "memory");
-  }
-}
-
 // Adds `bytes` of fp32 from shared memory into global memory, element-wise, as one asynchronous
 // bulk operation (CuTe wraps only the tensor-map form of cp.reduce.async.bulk). Completes through
 // the bulk-group mechanism: commit with tma_store_arrive, wait with tma_store_wait / bulk_wait_complete.
@@ -176,6 +157,25 @@ __device__ __forceinline__ void bulk_store_f32(float* gmem, const float* smem, u
 // reads), then orders them before this thread's later generic-proxy accesses.
 __device__ __forceinline__ void bulk_wait_complete() {
   asm volatile("cp.async.bulk.wait_group 0;\n\tfence.proxy.async.global;" ::: "memory");
+}
+
+// dq_overlap: this CTA's dQ partials are complete in global memory; count it done for its (batch, kv
+// head), with release semantics, for the postprocess's tiles of those heads (bwd_postprocess_kernel).
+// `issuer`: a thread that issued bulk adds, which waits for their global writes first. Every consumer
+// thread calls this, after its last bulk add.
+template <class Cfg>
+__device__ __forceinline__ void count_dq_done(const typename BwdKernel<Cfg>::Params& params,
+                                              const typename BwdKernel<Cfg>::Block& blk, bool issuer, int thread_idx) {
+  if (params.dq_done == nullptr) return;
+  if (issuer) {
+    bulk_wait_complete();
+    __threadfence();
+  }
+  cutlass::arch::NamedBarrier::sync(Cfg::kNumMmaThreads, barrier_id(BwdBarrier::kKvStore));
+  if (thread_idx == 0) {
+    asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(params.dq_done + int64_t(blk.batch) * params.mainloop.heads_kv + blk.kv_head)
+                 : "memory");
+  }
 }
 
 // P^T = exp2(S^T * scale * log2(e) - lse * log2(e)) in place, for one (keys, queries) fragment of
