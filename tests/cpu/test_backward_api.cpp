@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <limits>
@@ -445,6 +446,15 @@ TEST(BackwardWorkspace, DqDoneCounters) {
   EXPECT_TRUE(dq_overlap(256));
   EXPECT_FALSE(dq_overlap(128));
   EXPECT_FALSE(dq_overlap(64));
+}
+
+extern "C" int hopattn_debug_bwd_trace(void* host, int max);  // src/api/bwd_trace.cpp, for bench/bwd_trace.py
+
+// Without HOPATTN_BWD_TRACE=1 there is no trace buffer: the reader says so and touches no device.
+TEST(BackwardTrace, OffWithoutTheEnvironmentVariable) {
+  if (std::getenv("HOPATTN_BWD_TRACE") != nullptr) GTEST_SKIP() << "HOPATTN_BWD_TRACE is set";
+  unsigned char record[32] = {};
+  EXPECT_EQ(hopattn_debug_bwd_trace(record, 1), -1);
 }
 
 TEST(BackwardWorkspace, NoDeviceIsReportedAfterValidation) {

@@ -342,3 +342,19 @@ def test_ncu_sass_rejects_a_top_below_one(tmp_path, capsys):
     with pytest.raises(SystemExit):
         ncu_sass.main([str(tmp_path / "none.csv"), "--top", "0"])
     assert "--top" in capsys.readouterr().err
+
+
+def test_bwd_trace_summary():
+    import bwd_trace  # bench/bwd_trace.py: its ctypes record and the wave summary, without a GPU
+
+    def rec(kernel, sm, start_us, end_us):
+        return bwd_trace.Record(kernel, 0, sm, 0, int(start_us * 1000), int(end_us * 1000))
+
+    # Two SMs: three equal main CTAs (the last alone from 10 to 20 us), one postprocess CTA on the idle SM.
+    records = [rec(0, 0, 0, 10), rec(0, 1, 0, 10), rec(0, 0, 10, 20), rec(1, 1, 12, 14)]
+    assert bwd_trace.idle_after([r for r in records if r.kernel == 0], 10_000, 20_000, 2) == 10.0
+    lines = bwd_trace.summarize(records, 2)
+    assert lines[0].startswith("main  3 CTAs on 2 SMs, span 20.0 us, median CTA 10.0 us, last CTA started at 10.0 us")
+    assert "idle after it 10 SM-us of 20" in lines[0]
+    assert lines[1] == "post  1 CTAs, first start 12.0 us, 1 started and 1 ended before the main kernel's end, last end -6.0 us past it"
+    assert bwd_trace.summarize([rec(1, 0, 0, 1)], 2) == ["no main-kernel records"]

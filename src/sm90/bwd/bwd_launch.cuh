@@ -62,6 +62,7 @@ cudaError_t launch_main(const AttnBackwardProblem& bp, const WorkspaceLayout& w,
   params.section_heads = section_heads<Cfg>(bp, params.deterministic);
   params.dq_first_store = use_dq_first_store(kHeadDim);
   params.dq_done = use_dq_overlap(kHeadDim) ? reinterpret_cast<int*>(ws + w.dq_done) : nullptr;
+  params.trace = bwd_trace();
   const int64_t grid = int64_t(params.n_blocks) * p.heads_kv * p.batch;
   if (grid > INT_MAX) return cudaErrorInvalidConfiguration;
   if (cudaError_t e = set_max_dynamic_smem_once<&bwd_kernel<Cfg>>(K::kSmemBytes); e != cudaSuccess) return e;
@@ -118,6 +119,7 @@ cudaError_t run_bwd(const AttnBackwardProblem& bp, void* workspace, cudaStream_t
     constexpr int kBlockN = bwd::BwdConfig<kDType, kHeadDim, false>::kBlockN;  // every variant's (config.hpp)
     pp.dq_done_target = int((p.seqlen_k + kBlockN - 1) / kBlockN);            // the main grid's key blocks
     pp.group = int(p.group());
+    pp.trace = bwd::bwd_trace();
     for (int i = 0; i < 3; ++i) {
       pp.o_stride[i] = p.o_stride[i];
       pp.do_stride[i] = bp.do_stride[i];

@@ -71,6 +71,7 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
   using Pipeline = typename Mainloop::Pipeline;
   using namespace cute;
 
+  const uint64_t trace_start = params.trace.records != nullptr ? trace_clock() : 0;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   auto& ss = *reinterpret_cast<typename K::SharedStorage*>(smem_raw);
   const auto& mp = params.mainloop;
@@ -117,6 +118,7 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
     } else {
       consume_key_split<Cfg>(params, ss, pipe_q, pipe_do, thread_idx);
     }
+    if (thread_idx == 0) trace_cta(params.trace, 0, trace_start);  // the consumers' end, roughly the CTA's
   }
 #endif
 }

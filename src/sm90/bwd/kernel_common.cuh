@@ -13,6 +13,7 @@
 
 #include "sm90/bwd/launch_order.hpp"
 #include "sm90/bwd/mainloop.cuh"
+#include "sm90/bwd/trace.hpp"
 #include "sm90/ws/fragment_layout.cuh"
 #include "sm90/ws/softmax.cuh"  // fast_exp2
 
@@ -38,6 +39,7 @@ struct BwdKernel {
     int section_heads;  // heads per launch section (launch_order.hpp); 1 for all but plain causal
     bool dq_first_store;  // the accumulator is not zeroed: each tile's first partial is stored (workspace.hpp)
     int* dq_done;  // dq_overlap: per (batch, kv head), zeroed by the preprocess; null otherwise
+    BwdTrace trace;  // HOPATTN_BWD_TRACE=1: a record per CTA (trace.hpp)
   };
 
   struct Block {

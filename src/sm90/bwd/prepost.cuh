@@ -44,6 +44,7 @@ struct PrePostParams {
   // blocks) on its tile's. Null: no overlap, the postprocess waits for the whole main grid.
   int* dq_done;
   int dq_done_count, dq_done_target, group;
+  BwdTrace trace;  // HOPATTN_BWD_TRACE=1: a record per postprocess CTA (trace.hpp)
 };
 
 // Query rows of batch entry b: its first token row, length (rows written) and seqused (rows that
@@ -174,6 +175,7 @@ __global__ void __launch_bounds__(Mainloop::kdQElems / Mainloop::kdQPerThread)
   using Element = typename Mainloop::Element;
   constexpr int kThreads = Mainloop::kdQElems / Mainloop::kdQPerThread;
   constexpr int kBlockM = Mainloop::kBlockM;
+  const uint64_t trace_start = p.trace.records != nullptr ? trace_clock() : 0;
   const int64_t grid_tile = blockIdx.x;  // (batch, head, m_block) flattened
   const int m_block = int(grid_tile % p.m_blocks);
   const int head = int((grid_tile / p.m_blocks) % p.heads_q);
@@ -238,6 +240,10 @@ __global__ void __launch_bounds__(Mainloop::kdQElems / Mainloop::kdQPerThread)
     const int row = m_block * kBlockM + r;
     if (row < q.len)
       *reinterpret_cast<uint4*>(dq + row * p.dq_stride[1] + col) = *reinterpret_cast<const uint4*>(staged + r * kPitch + col);
+  }
+  if (p.trace.records != nullptr) {
+    __syncthreads();
+    if (t == 0) trace_cta(p.trace, 1, trace_start);
   }
 }
 
