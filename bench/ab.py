@@ -133,6 +133,9 @@ def child(args):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--lib", action="append", default=[], help="name=path of a libhopattn.so (or .so.xz); two or more")
+    p.add_argument("--env", action="append", default=[],
+                   help="name:VAR=VALUE, an environment variable for library `name`'s processes only; repeatable "
+                        "(one library under two names with different knobs)")
     p.add_argument("--op", choices=OPS, default="attention")
     p.add_argument("--points", default="128:1024:0,128:4096:0,128:4096:1")
     p.add_argument("--rounds", type=int, default=2)
@@ -149,6 +152,13 @@ def main(argv=None):
         p.error("--rounds must be >= 1 and --warm >= 0")
     if args.child:
         return child(args)
+    extra_env = collections.defaultdict(dict)
+    for item in args.env:
+        name, sep, assign = item.partition(":")
+        var, eq, value = assign.partition("=")
+        if not sep or not eq or not var:
+            p.error(f"--env {item!r}: want name:VAR=VALUE")
+        extra_env[name][var] = value
     if len(libs) < 2 or len({n for n, _ in libs}) != len(libs):
         p.error("give two or more --lib name=path with distinct names")
     lines = []
@@ -157,7 +167,7 @@ def main(argv=None):
             lib = os.path.abspath(unpacked(path))
             if not os.path.isfile(lib):
                 p.error(f"--lib {name}: {path} is not a file")
-            env = dict(os.environ, HOPATTN_LIBRARY=lib)  # the package loads exactly this file (ctypes)
+            env = dict(os.environ, HOPATTN_LIBRARY=lib, **extra_env[name])  # the package loads exactly this file
             cmd = [sys.executable, os.path.abspath(__file__), "--child", "--tag", f"{name}-r{r}", "--op", args.op,
                    "--points", args.points, "--warm", str(args.warm)]
             out = subprocess.run(cmd, env=env, capture_output=True, text=True)

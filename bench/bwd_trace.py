@@ -78,6 +78,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--points", default="256:4096:0", help="head_dim:seqlen:causal,... (the grid's shapes)")
     parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--dump", help="also write each point's raw records to DUMP/bwd-trace-d{d}-s{s}-c{c}.csv")
     args = parser.parse_args(argv)
     if os.environ.get("HOPATTN_BWD_TRACE") != "1":
         sys.exit("set HOPATTN_BWD_TRACE=1 (read once, when the library first runs a backward)")
@@ -99,8 +100,15 @@ def main(argv=None):
             torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
         read_trace(lib)  # drop the warm-up's records
         torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
+        records = read_trace(lib)
         print(f"== d{d} s{s} {'causal' if c else 'non-causal'} ({sms} SMs)")
-        for line in summarize(read_trace(lib), sms):
+        if args.dump:
+            os.makedirs(args.dump, exist_ok=True)
+            with open(os.path.join(args.dump, f"bwd-trace-d{d}-s{s}-c{c}.csv"), "w") as f:
+                f.write("kernel,block,smid,start_ns,end_ns\n")
+                for r in records:
+                    f.write(f"{r.kernel},{r.block},{r.smid},{r.start},{r.end}\n")
+        for line in summarize(records, sms):
             print("  " + line)
 
 
