@@ -7,7 +7,8 @@ namespace hopattn::heuristics {
 BwdTuning& bwd_tuning() {
   static BwdTuning t{env_override("HOPATTN_BWD_KEY_BLOCKS_INNER"), env_override("HOPATTN_BWD_DQ_FIRST_STORE"),
                      env_override("HOPATTN_BWD_PDL"), env_override("HOPATTN_BWD_SECTION_HEADS"),
-                     env_override("HOPATTN_BWD_DQ_OVERLAP")};
+                     env_override("HOPATTN_BWD_DQ_OVERLAP"),
+                     env_override("HOPATTN_BWD_TAIL_SPLIT")};
   return t;
 }
 
@@ -41,5 +42,8 @@ bool bwd_programmatic_launch() { return forced_or(bwd_tuning().pdl, false); }
 
 // Measured (docs/perf-notes.md, backward v16): d256 +1.6% at 1k, level at 4k-16k and causal.
 bool bwd_dq_overlap() { return forced_or(bwd_tuning().dq_overlap, true); }
+
+// On: pending its measurement (docs/perf-notes.md, backward v16).
+int bwd_tail_split_mode() { return bwd_tuning().tail_split >= 0 ? bwd_tuning().tail_split : 1; }
 
 }  // namespace hopattn::heuristics

@@ -12,6 +12,7 @@ struct BwdTuning {
   int pdl = -1;               // HOPATTN_BWD_PDL=0/1
   int section_heads = -1;     // HOPATTN_BWD_SECTION_HEADS=N (N >= 1 heads per launch section)
   int dq_overlap = -1;        // HOPATTN_BWD_DQ_OVERLAP=0/1
+  int tail_split = -1;        // HOPATTN_BWD_TAIL_SPLIT=0 (off) / 1 (the model) / N >= 2 (N parts, forced)
 };
 BwdTuning& bwd_tuning();
 
@@ -37,5 +38,9 @@ bool bwd_programmatic_launch();
 // Head_dim 256: whether the dQ postprocess overlaps the main kernel's last wave (sm90/bwd/
 // workspace.hpp, dq_overlap). 0 launches it behind the whole main grid.
 bool bwd_dq_overlap();
+// Head_dim 256 without a mask: the split of the grid's last units (sm90/bwd/workspace.hpp,
+// TailSplit). 0: none; 1: bwd_tail_split's choice; N >= 2: every unit up to the workspace's slots
+// in N parts (a test knob: pieces at shapes too small for the model to split).
+int bwd_tail_split_mode();
 
 }  // namespace hopattn::heuristics

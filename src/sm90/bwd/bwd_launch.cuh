@@ -27,6 +27,26 @@ namespace bwd {
 inline bool use_dq_first_store(int head_dim) { return dq_first_store(head_dim) && heuristics::bwd_dq_first_store(); }
 inline bool use_dq_overlap(int head_dim) { return dq_overlap(head_dim) && heuristics::bwd_dq_overlap(); }
 
+// The tail split of this launch (workspace.hpp): the head_dim split without a mask, fixed-length and
+// not deterministic (its turn order assumes whole units). The preprocess zeroes what it uses.
+template <int kHeadDim, bool kCausal>
+inline cudaError_t tail_split(const AttnBackwardProblem& bp, TailSplit* out) {
+  *out = {};
+  const AttnProblem& p = bp.fwd;
+  const int mode = heuristics::bwd_tail_split_mode();
+  if (kHeadDim != 256 || kCausal || mode == 0 || bp.deterministic || !bwd_tail_eligible(p)) return cudaSuccess;
+  const int64_t units = (p.seqlen_k + 63) / 64 * p.heads_kv * p.batch;
+  const int64_t steps = (p.seqlen_q + 63) / 64 * p.group();
+  if (mode >= 2) {
+    *out = {int(std::min<int64_t>(units, kMaxTailUnits)), int(std::min<int64_t>(mode, steps))};
+    return cudaSuccess;
+  }
+  int sms = 0;
+  if (cudaError_t e = current_device_sm_count(&sms); e != cudaSuccess) return e;
+  *out = bwd_tail_split(units, steps, sms);
+  return cudaSuccess;
+}
+
 // Heads per launch section (launch_order.hpp). Only plain causal fixed-length runs have units of
 // different lengths to order; windowed, packed and deterministic runs keep the key blocks of one
 // head side by side (deterministic causal ones rely on that order: BwdKernel::dq_turn).
@@ -61,9 +81,16 @@ cudaError_t launch_main(const AttnBackwardProblem& bp, const WorkspaceLayout& w,
   params.deterministic = bp.deterministic;
   params.section_heads = section_heads<Cfg>(bp, params.deterministic);
   params.dq_first_store = use_dq_first_store(kHeadDim);
-  params.dq_done = use_dq_overlap(kHeadDim) ? reinterpret_cast<int*>(ws + w.dq_done) : nullptr;
+  const int64_t units = int64_t(params.n_blocks) * p.heads_kv * p.batch;
+  TailSplit split{};
+  if (cudaError_t e = tail_split<kHeadDim, kCausal || kLocal>(bp, &split); e != cudaSuccess) return e;
+  params.tail_first = int(units - split.units);
+  params.tail_parts = split.parts > 0 ? split.parts : 1;
+  params.tail_acc = reinterpret_cast<float*>(ws + w.tail_acc);
+  params.tail_count = reinterpret_cast<int*>(ws + w.tail_count);
+  params.dq_done = use_dq_overlap(kHeadDim) && split.units == 0 ? reinterpret_cast<int*>(ws + w.dq_done) : nullptr;
   params.trace = bwd_trace();
-  const int64_t grid = int64_t(params.n_blocks) * p.heads_kv * p.batch;
+  const int64_t grid = units + int64_t(split.units) * (split.parts - 1);
   if (grid > INT_MAX) return cudaErrorInvalidConfiguration;
   if (cudaError_t e = set_max_dynamic_smem_once<&bwd_kernel<Cfg>>(K::kSmemBytes); e != cudaSuccess) return e;
   // Programmatic: its CTAs start (barrier init, K and V loads) while the preprocess drains; every
@@ -114,7 +141,10 @@ cudaError_t run_bwd(const AttnBackwardProblem& bp, void* workspace, cudaStream_t
     pp.dq_accum = reinterpret_cast<float*>(ws_bytes + w.dq_accum);
     pp.semaphore = reinterpret_cast<int*>(ws_bytes + w.semaphore);
     pp.dq_first_store = bwd::use_dq_first_store(kHeadDim);
-    pp.dq_done = bwd::use_dq_overlap(kHeadDim) ? reinterpret_cast<int*>(ws_bytes + w.dq_done) : nullptr;
+    // A tail split's pieces are more CTAs than the key blocks the postprocess counts: no overlap then.
+    bwd::TailSplit split{};
+    if (cudaError_t e = bwd::tail_split<kHeadDim, false>(bp, &split); e != cudaSuccess) return e;
+    pp.dq_done = bwd::use_dq_overlap(kHeadDim) && split.units == 0 ? reinterpret_cast<int*>(ws_bytes + w.dq_done) : nullptr;
     pp.dq_done_count = int(p.batch * p.heads_kv);
     constexpr int kBlockN = bwd::BwdConfig<kDType, kHeadDim, false>::kBlockN;  // every variant's (config.hpp)
     pp.dq_done_target = int((p.seqlen_k + kBlockN - 1) / kBlockN);            // the main grid's key blocks
@@ -135,6 +165,10 @@ cudaError_t run_bwd(const AttnBackwardProblem& bp, void* workspace, cudaStream_t
     pp.cu_q = p.cu_seqlens_q;
     pp.used_q = p.seqused_q;
     pp.total_q = int(p.total_q);
+    // What the main kernel's tail split adds into: zeroed by the preprocess.
+    pp.tail_acc = reinterpret_cast<float*>(ws_bytes + w.tail_acc);
+    pp.tail_count = reinterpret_cast<int*>(ws_bytes + w.tail_count);
+    pp.tail_units = split.units;
     const int64_t rows = p.batch * p.heads_q * w.seqlen_q_padded;
     using PreShape = bwd::PreprocessShape<Element, kHeadDim>;
     const int64_t row_grid = PreShape::blocks(rows);

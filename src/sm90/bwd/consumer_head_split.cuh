@@ -96,9 +96,10 @@ __device__ __forceinline__ void consume_head_split(const typename BwdKernel<Cfg>
     cutlass::arch::ClusterTransactionBarrier::wait(&ss.barrier_kv, 0);
 
     const int steps = range.m_end - range.m_begin, start = K::walk_start(params, blk, steps);
+    const typename K::WalkSpan span = K::walk_span(params, blk, steps);
     for (int g = 0; g < mp.group; ++g) {
       const int head = blk.kv_head * mp.group + g;
-      for (int j = 0; j < steps; ++j) {
+      for (int j = span.first; j < span.last; ++j) {
         const int m = K::walk_block(range.m_begin, steps, start, j);
         Tensor tSrS = partition_fragment_C(mma_sdp, Shape<BN, BM>{});  // S^T, or dP^T on warpgroup 1
         // P^T (warpgroup 1: then dS^T) as 16-bit values: in the A-operand view for warpgroup 0's dV
@@ -215,6 +216,7 @@ __device__ __forceinline__ void consume_head_split(const typename BwdKernel<Cfg>
     }
     release_staged();  // the producer's tail waits for every stage; smem must outlive the bulk reads
   }
+  if (blk.piece >= 0 && !add_tail_piece<Cfg>(params, blk, tdKrdK, tdVrdV, ss, thread_idx)) return;
   store_dk_dv<Cfg>(params, blk, si, thr_dkv, tdKrdK, tdVrdV, ss, thread_idx);
   count_dq_done<Cfg>(params, blk, wg_thread == 0, thread_idx);  // the bulk adds are wg_thread 0's
 }

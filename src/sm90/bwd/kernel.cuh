@@ -42,9 +42,10 @@ __device__ __forceinline__ void produce(const typename BwdKernel<Cfg>::Params& p
   // may still be running (programmatic launch): wait for it only now.
   wait_for_primary_grid();
   const int steps = range.m_end - range.m_begin, start = K::walk_start(params, blk, steps);
+  const typename K::WalkSpan span = K::walk_span(params, blk, steps);
   for (int g = 0; g < mp.group; ++g) {
     const int head = blk.kv_head * mp.group + g;
-    for (int j = 0; j < steps; ++j) {
+    for (int j = span.first; j < span.last; ++j) {
       const int m = K::walk_block(range.m_begin, steps, start, j);
       if (cute::elect_one_sync()) {
         loader.load_rows(pipe_q, st, mp.tma_q, ss.q.data(), mp.tma_lse, ss.lse.data(), head, m);

@@ -40,19 +40,32 @@ struct BwdKernel {
     bool dq_first_store;  // the accumulator is not zeroed: each tile's first partial is stored (workspace.hpp)
     int* dq_done;  // dq_overlap: per (batch, kv head), zeroed by the preprocess; null otherwise
     BwdTrace trace;  // HOPATTN_BWD_TRACE=1: a record per CTA (trace.hpp)
+    // The tail split (workspace.hpp, TailSplit): CTAs from tail_first on are pieces, tail_parts to a
+    // unit, of the units from tail_first on; tail_first = the units when nothing is split.
+    int tail_first, tail_parts;
+    float* tail_acc;  // kTailSlotFloats per split unit, zeroed by the preprocess
+    int* tail_count;  // per split unit, zeroed by the preprocess
   };
 
   struct Block {
     int n_block, kv_head, batch;
+    int piece;  // the piece of a split unit (0 .. tail_parts - 1), or -1: the whole unit
+    int tail;   // a split unit's index among the split units
   };
   // The launch order (launch_order.hpp): sections of p.section_heads heads, key block 0 of each
   // first. Deterministic causal runs launch the key blocks of a head in decreasing order (see
   // dq_turn); the launcher gives them sections of one head.
+  // Split units' pieces come last, tail_parts CTAs per unit.
   __device__ static Block block(const Params& p) {
     const int heads_kv = p.mainloop.heads_kv;
-    const BwdLaunchUnit u =
-        bwd_launch_unit(int(blockIdx.x), p.n_blocks, heads_kv * p.mainloop.batch, p.section_heads);
-    Block b{u.n_block, u.head_batch % heads_kv, u.head_batch / heads_kv};
+    int unit = int(blockIdx.x), piece = -1, tail = 0;
+    if (unit >= p.tail_first) {
+      tail = (unit - p.tail_first) / p.tail_parts;
+      piece = unit - p.tail_first - tail * p.tail_parts;
+      unit = p.tail_first + tail;
+    }
+    const BwdLaunchUnit u = bwd_launch_unit(unit, p.n_blocks, heads_kv * p.mainloop.batch, p.section_heads);
+    Block b{u.n_block, u.head_batch % heads_kv, u.head_batch / heads_kv, piece, tail};
     if (Cfg::kCausal && p.deterministic) b.n_block = p.n_blocks - 1 - b.n_block;
     return b;
   }
@@ -69,6 +82,15 @@ struct BwdKernel {
     } else {
       return 0;
     }
+  }
+  // The walk positions [first, last) of a block: all `steps`, or a piece's share of them (the same
+  // share of every query head of the group).
+  struct WalkSpan {
+    int first, last;
+  };
+  __device__ static WalkSpan walk_span(const Params& p, const Block& blk, int steps) {
+    if (blk.piece < 0) return {0, steps};
+    return {blk.piece * steps / p.tail_parts, (blk.piece + 1) * steps / p.tail_parts};
   }
   // The query block of step j of that walk, for the producer and the consumers alike.
   __device__ static int walk_block(int m_begin, int steps, int start, int j) {
@@ -154,6 +176,10 @@ __device__ __forceinline__ void bulk_store_f32(float* gmem, const float* smem, u
   asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(gmem),
                "r"(cute::cast_smem_ptr_to_uint(smem)), "r"(bytes)
                : "memory");
+}
+// Element-wise fp32 add of four values into global memory (16-byte aligned), one L2 reduction.
+__device__ __forceinline__ void red_add_v4(float4* gmem, float a, float b, float c, float d) {
+  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(gmem), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
 }
 // Waits until every committed bulk group has completed its global writes (not only its smem
 // reads), then orders them before this thread's later generic-proxy accesses.
@@ -249,6 +275,42 @@ __device__ __forceinline__ uint4 ld_shared_v4(const void* p) {
                : "r"(cute::cast_smem_ptr_to_uint(p))
                : "memory");
   return v;
+}
+
+// A piece of a split unit (BwdKernel::Block::piece): adds this thread's fp32 dK and dV fragments
+// into the unit's workspace slot (fragment order, so that coalesced: value group v of thread t at
+// (v x kNumMmaThreads + t) x 4 floats), and counts the piece done once every consumer thread's adds
+// are in global memory (the threadfence-reduction pattern: fence, barrier, one counter add).
+// Returns true for the unit's last piece, its fragments then holding the unit's sums, which it
+// stores as any unit does; the others return false and are done.
+template <class Cfg, class Frag>
+__device__ __forceinline__ bool add_tail_piece(const typename BwdKernel<Cfg>::Params& params,
+                                               const typename BwdKernel<Cfg>::Block& blk, Frag& dk_acc, Frag& dv_acc,
+                                               typename BwdKernel<Cfg>::SharedStorage& ss, int thread_idx) {
+  using namespace cute;
+  constexpr int kGroups = int(size(Frag{})) / 4;  // float4 groups per fragment
+  static_assert(2 * kGroups * 4 * Cfg::kNumMmaThreads == kTailSlotFloats, "a slot holds one unit's dK and dV");
+  float4* slot = reinterpret_cast<float4*>(params.tail_acc + int64_t(blk.tail) * kTailSlotFloats) + thread_idx;
+  CUTE_UNROLL
+  for (int v = 0; v < kGroups; ++v) {
+    red_add_v4(slot + v * Cfg::kNumMmaThreads, dk_acc(4 * v), dk_acc(4 * v + 1), dk_acc(4 * v + 2), dk_acc(4 * v + 3));
+    red_add_v4(slot + (kGroups + v) * Cfg::kNumMmaThreads, dv_acc(4 * v), dv_acc(4 * v + 1), dv_acc(4 * v + 2),
+               dv_acc(4 * v + 3));
+  }
+  __threadfence();
+  cutlass::arch::NamedBarrier::sync(Cfg::kNumMmaThreads, barrier_id(BwdBarrier::kKvStore));
+  if (thread_idx == 0) ss.tail_last = atomicAdd(params.tail_count + blk.tail, 1) == params.tail_parts - 1;
+  cutlass::arch::NamedBarrier::sync(Cfg::kNumMmaThreads, barrier_id(BwdBarrier::kKvStore));
+  if (!ss.tail_last) return false;
+  __threadfence();  // the other pieces' adds, counted before this piece's, come before these loads
+  CUTE_UNROLL
+  for (int v = 0; v < kGroups; ++v) {
+    const float4 k = __ldcg(slot + v * Cfg::kNumMmaThreads);
+    const float4 d = __ldcg(slot + (kGroups + v) * Cfg::kNumMmaThreads);
+    dk_acc(4 * v) = k.x, dk_acc(4 * v + 1) = k.y, dk_acc(4 * v + 2) = k.z, dk_acc(4 * v + 3) = k.w;
+    dv_acc(4 * v) = d.x, dv_acc(4 * v + 1) = d.y, dv_acc(4 * v + 2) = d.z, dv_acc(4 * v + 3) = d.w;
+  }
+  return true;
 }
 
 template <class Cfg, class ThrMma, class Frag>

@@ -189,6 +189,7 @@ struct BwdMainloop {
     typename Pipeline::SharedStorage pipe_q;
     typename Pipeline::SharedStorage pipe_do;
     uint64_t barrier_kv;
+    int tail_last;  // a split unit's piece: whether it was the unit's last (add_tail_piece)
   };
   using SharedStorage = std::conditional_t<Cfg::kSplitHeadDim, SharedStorageHeadSplit, SharedStorageKeySplit>;
 

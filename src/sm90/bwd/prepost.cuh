@@ -45,6 +45,10 @@ struct PrePostParams {
   int* dq_done;
   int dq_done_count, dq_done_target, group;
   BwdTrace trace;  // HOPATTN_BWD_TRACE=1: a record per postprocess CTA (trace.hpp)
+  // The main kernel's tail split (workspace.hpp): tail_units slots and counters to zero.
+  float* tail_acc;
+  int* tail_count;
+  int tail_units;
 };
 
 // Query rows of batch entry b: its first token row, length (rows written) and seqused (rows that
@@ -100,6 +104,14 @@ __global__ void __launch_bounds__(PreprocessShape<Element, kHeadDim>::kThreads) 
   launch_dependents();
   if (p.dq_done != nullptr && blockIdx.x == 0) {
     for (int i = threadIdx.x; i < p.dq_done_count; i += blockDim.x) p.dq_done[i] = 0;
+  }
+  if (p.tail_units > 0) {  // a few MB at most, spread over the whole grid
+    const int64_t n = int64_t(p.tail_units) * (kTailSlotFloats / 4), stride = int64_t(gridDim.x) * blockDim.x;
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+      reinterpret_cast<float4*>(p.tail_acc)[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (blockIdx.x == 0) {
+      for (int i = threadIdx.x; i < p.tail_units; i += blockDim.x) p.tail_count[i] = 0;
+    }
   }
   const int64_t warp_row = (int64_t(blockIdx.x) * (Shape::kThreads / 32) + threadIdx.x / 32) * Shape::kRowsPerWarp;
   if (warp_row >= int64_t(p.batch) * p.heads_q * p.seqlen_q_padded) return;  // whole warps: rows come in kRowsPerWarp

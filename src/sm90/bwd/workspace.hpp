@@ -3,6 +3,7 @@
 // the kernels read and write whole tiles without bounds checks (the pad rows hold neutral values).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <numeric>
@@ -78,6 +79,45 @@ struct RowLayout {
   }
 };
 
+// The head_dim split's tail (d256 without a mask, fixed-length, not deterministic). Its units (key
+// blocks) are all the same length, so the grid runs in waves of one unit per SM, and the last,
+// partial wave (units mod SMs of them) leaves the other SMs idle for a whole unit: 3% of a call at
+// 2048 units on 132 SMs. Split the last `units` units into `parts` pieces each, pieces of a unit
+// walking disjoint query blocks and adding their fp32 dK and dV into a workspace slot; the last
+// piece to finish writes the unit's dK and dV. Launched after the whole units, the pieces fill the
+// tail. The cost model, per piece: its steps plus kTailPieceCost steps (prologue, epilogue, the
+// slot's adds): the split pays when the tail's pieces take fewer rounds of that than one unit.
+struct TailSplit {
+  int units = 0;  // the last `units` units of the launch order are split (0: none)
+  int parts = 0;  // into `parts` pieces each
+};
+inline constexpr int kMaxTailUnits = 160;         // the workspace's slots; at least any Hopper's SM count
+inline constexpr int kTailSlotFloats = 64 * 256 * 2;  // a unit's fp32 dK and dV (64 keys x head_dim 256)
+inline constexpr double kTailPieceCost = 3.2;      // steps (d256: ~7.5 us per CTA + ~3 us of slot adds, 3.33 us a step)
+// units: the launch's; steps: a unit's steps (query blocks x query heads per kv head); sms: the
+// device's. Pure: the host tests check it.
+inline TailSplit bwd_tail_split(int64_t units, int64_t steps, int sms) {
+  if (sms <= 0 || units <= sms || steps < 16) return {};
+  const int tail = int(units % sms);
+  if (tail == 0 || tail > kMaxTailUnits) return {};
+  const double whole = double(steps) + 2.3;  // the last wave as it is: one unit (its ~7.5 us too)
+  TailSplit best{};
+  double best_cost = 0.95 * whole;  // only a clear gain: the model is rough
+  for (int k = 2; k <= 16 && k <= steps; ++k) {
+    const int64_t rounds = (int64_t(tail) * k + sms - 1) / sms;
+    const double cost = double(rounds) * (double((steps + k - 1) / k) + kTailPieceCost);
+    if (cost < best_cost) {
+      best_cost = cost;
+      best = {tail, k};
+    }
+  }
+  return best;
+}
+// The problems the split may apply to (the workspace holds its slots for them).
+inline bool bwd_tail_eligible(const AttnProblem& p) {
+  return p.head_dim == 256 && !bwd_masked(p) && !p.varlen();
+}
+
 struct WorkspaceLayout {
   int64_t seqlen_q_padded = 0;  // seqlen_q rounded up to row_padding(step) (varlen: max_seqlen_q to kRowPadding)
   int query_step = 0;           // the main kernel's kBlockM (bwd_query_step)
@@ -90,6 +130,8 @@ struct WorkspaceLayout {
   std::size_t dq_accum = 0;   // float x head_dim: dQ / scale, summed over key blocks
   std::size_t semaphore = 0;  // int per kQueryBlock rows: deterministic mode's turn counters
   std::size_t dq_done = 0;    // int per (batch, kv head): its main-kernel CTAs done (dq_overlap)
+  std::size_t tail_acc = 0;    // float x kTailSlotFloats per split unit (bwd_tail_eligible problems)
+  std::size_t tail_count = 0;  // int per split unit: its pieces finished
   std::size_t total = 0;
 };
 
@@ -119,6 +161,13 @@ inline WorkspaceLayout workspace_layout(const AttnProblem& p) {
   off = align256(off + rows / kQueryBlock * sizeof(int));
   w.dq_done = off;
   off = align256(off + std::size_t(p.batch) * std::size_t(p.heads_kv) * sizeof(int));
+  // Slots for the most units a split can take: fewer than the SMs, and fewer than the units.
+  const int64_t n_blocks = (p.seqlen_k + 63) / 64;
+  const std::size_t slots = bwd_tail_eligible(p) ? std::size_t(std::min<int64_t>(kMaxTailUnits, n_blocks * p.heads_kv * p.batch)) : 0;
+  w.tail_acc = off;
+  off = align256(off + slots * kTailSlotFloats * sizeof(float));
+  w.tail_count = off;
+  off = align256(off + slots * sizeof(int));
   w.total = off;
   return w;
 }
