@@ -457,6 +457,55 @@ TEST(BackwardTrace, OffWithoutTheEnvironmentVariable) {
   EXPECT_EQ(hopattn_debug_bwd_trace(record, 1), -1);
 }
 
+// The d256 tail split (sm90/bwd/workspace.hpp): which of the grid's last units are cut into pieces.
+TEST(BackwardWorkspace, TailSplitModel) {
+  using sm90::bwd::bwd_tail_split;
+  // The paper grid's 2048 units on 132 SMs: 68 units in the last wave, cut into pieces whose rounds
+  // cost less than the one unit they replace.
+  for (int64_t steps : {32, 64, 256}) {
+    const auto t = bwd_tail_split(2048, steps, 132);
+    EXPECT_EQ(t.units, 68) << steps;
+    EXPECT_GE(t.parts, 2);
+    EXPECT_LE(t.parts, 16);
+    const int64_t rounds = (68 * t.parts + 131) / 132;
+    EXPECT_LT(rounds * ((steps + t.parts - 1) / t.parts + sm90::bwd::kTailPieceCost), 0.95 * (steps + 2.3)) << steps;
+  }
+  EXPECT_EQ(bwd_tail_split(2048, 64, 132).parts, 5);  // 340 pieces of 13 steps: 3 rounds of 16.2 < 66.3
+  // No split: a single wave or less, whole waves, short units, a tail too full to gain, no device.
+  EXPECT_EQ(bwd_tail_split(132, 64, 132).units, 0);
+  EXPECT_EQ(bwd_tail_split(100, 64, 132).units, 0);
+  EXPECT_EQ(bwd_tail_split(264, 64, 132).units, 0);
+  EXPECT_EQ(bwd_tail_split(2048, 8, 132).units, 0);
+  EXPECT_EQ(bwd_tail_split(132 + 131, 64, 132).units, 0);  // 131 units: two rounds of halves cost more
+  EXPECT_EQ(bwd_tail_split(2048, 64, 0).units, 0);
+  // A tail of more units than the workspace has slots for (kMaxTailUnits) is not split.
+  EXPECT_EQ(bwd_tail_split(400 * 2 + 150, 64, 400).units, 150);
+  EXPECT_EQ(bwd_tail_split(400 * 2 + 200, 64, 400).units, 0);
+}
+
+TEST(BackwardWorkspace, TailSlots) {
+  using namespace sm90::bwd;
+  AttnProblem p;
+  p.batch = 4, p.seqlen_q = p.seqlen_k = 4096, p.heads_q = p.heads_kv = 8, p.head_dim = 256;
+  p.window_left = p.window_right = -1;
+  WorkspaceLayout w = workspace_layout(p);
+  EXPECT_EQ(w.tail_count - w.tail_acc, std::size_t(kMaxTailUnits) * kTailSlotFloats * sizeof(float));
+  EXPECT_GE(w.total, w.tail_count + kMaxTailUnits * sizeof(int));
+  p.seqlen_k = 64, p.batch = 1, p.heads_kv = p.heads_q = 2;  // 2 units: 2 slots
+  w = workspace_layout(p);
+  EXPECT_EQ(w.tail_count - w.tail_acc, std::size_t(2) * kTailSlotFloats * sizeof(float));
+  for (int mask = 0; mask < 4; ++mask) {  // none for masked problems and other head dims
+    AttnProblem m = p;
+    if (mask == 0) m.causal = true, m.window_right = 0;
+    if (mask == 1) m.window_left = 10;
+    if (mask == 2) m.softcap = 30.f;
+    if (mask == 3) m.head_dim = 128;
+    w = workspace_layout(m);
+    EXPECT_EQ(w.tail_count, w.tail_acc) << mask;
+    EXPECT_EQ(w.total, w.tail_count) << mask;
+  }
+}
+
 TEST(BackwardWorkspace, NoDeviceIsReportedAfterValidation) {
   if (has_cuda_device()) GTEST_SKIP() << "a CUDA device is present; this checks the no-device path";
   SKIP_WITHOUT_BACKWARD_KERNEL();

@@ -19,6 +19,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -977,4 +978,68 @@ TEST(BackwardZeroLength, SeqlenKZeroGivesZeroDq) {
 }
 
 }  // namespace
+// The d256 tail split (sm90/bwd/workspace.hpp, TailSplit): pieces of a unit add their dK and dV
+// into a workspace slot and the last one stores. Forced pieces (HOPATTN_BWD_TAIL_SPLIT=N's knob)
+// at small shapes, uneven (3 and 5 parts of 11 query blocks) and with GQA, against the reference;
+// then a shape the model splits on this device, against the unsplit kernel.
+TEST(BackwardTailSplit, PiecesMatchReferenceAndWholeUnits) {
+  if (!has_sm90()) GTEST_SKIP() << "no sm_90 device";
+  const std::optional<DType> t = built_dtype(256);
+  if (!t) GTEST_SKIP() << "not built: " << build_instantiations();
+  heuristics::BwdTuning& tuning = heuristics::bwd_tuning();
+  const heuristics::BwdTuning saved = tuning;
+  for (const BwdCase& c : {BwdCase{*t, 256, false, 700, 900, 8, 2, 3, false}, BwdCase{*t, 256, false, 130, 300, 2, 2, 1, false}}) {
+    PreparedCase p = prepare(c);
+    DeviceBuffer ws;
+    for (int mode : {2, 3, 5, 16}) {
+      tuning.tail_split = mode;
+      Grads g;
+      const Result r = run_backward(p.w, p.args, &ws, &g);
+      tuning = saved;
+      const std::string what = p.name + " tail split " + std::to_string(mode);
+      ASSERT_TRUE(r.ok()) << what << ": backward: " << r.message;
+      check_grads(what, *t, g, p.ref);
+    }
+  }
+  // units = SMs + SMs / 3: a third of a wave left over, which the model cuts into pieces.
+  int sms = 0;
+  HOPATTN_TEST_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const int64_t units = sms + sms / 3;
+  const BwdCase big{*t, 256, false, 1024, units * 64, 1, 1, 1, false};
+  ASSERT_GT(sm90::bwd::bwd_tail_split(units, 16, sms).units, 0) << "the model should split " << units << " units";
+  Views w = make_views(big);
+  upload_inputs(w, make_inputs(big, seed_of(case_name(big))), *t);
+  ASSERT_TRUE(run_forward(w, big).ok());
+  const BackwardArgs a = backward_args(w, big);
+  DeviceBuffer ws;
+  Grads whole, split;
+  tuning.tail_split = 0;
+  const Result r0 = run_backward(w, a, &ws, &whole);
+  tuning = saved;
+  ASSERT_TRUE(r0.ok()) << r0.message;
+  const Result r1 = run_backward(w, a, &ws, &split);
+  ASSERT_TRUE(r1.ok()) << r1.message;
+  // The split ran: every split unit's counter holds its pieces (the last one does not reset it;
+  // run_backward poisoned the workspace before, and the preprocess zeroed the counters).
+  const sm90::bwd::TailSplit want = sm90::bwd::bwd_tail_split(units, 16, sms);
+  AttnProblem prob;
+  prob.batch = 1, prob.seqlen_q = big.seqlen_q, prob.seqlen_k = big.seqlen_k, prob.heads_q = prob.heads_kv = 1;
+  prob.head_dim = 256, prob.window_left = prob.window_right = -1;
+  const sm90::bwd::WorkspaceLayout layout = sm90::bwd::workspace_layout(prob);
+  ASSERT_LE(layout.total, ws.bytes());
+  std::vector<int> counts(want.units);
+  HOPATTN_TEST_CUDA(cudaMemcpy(counts.data(), static_cast<const char*>(ws.get()) + layout.tail_count,
+                               counts.size() * sizeof(int), cudaMemcpyDeviceToHost));
+  for (int i = 0; i < want.units; ++i) EXPECT_EQ(counts[i], want.parts) << "split unit " << i;
+  // Against whole units: dK and dV differ only in the fp32 order of their sums, dQ in that of its
+  // adds (unordered in either run).
+  for (auto [name, got, ref] : {std::tuple{"dq", &split.dq, &whole.dq}, std::tuple{"dk", &split.dk, &whole.dk},
+                                std::tuple{"dv", &split.dv, &whole.dv}}) {
+    const GradError e = grad_error(decode(got->data(), got->size() / dtype_size(*t), *t),
+                                   decode(ref->data(), ref->size() / dtype_size(*t), *t));
+    EXPECT_EQ(e.nonfinite, 0u) << name;
+    EXPECT_LT(e.rel, 1e-2) << name << ": split against whole units";
+  }
+}
+
 }  // namespace hopattn::test
