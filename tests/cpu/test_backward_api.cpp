@@ -483,6 +483,20 @@ TEST(BackwardWorkspace, TailSplitModel) {
   EXPECT_EQ(bwd_tail_split(400 * 2 + 200, 64, 400).units, 0);
 }
 
+// What the postprocess waits for per (batch, kv head) with a tail split: its key blocks, plus
+// parts - 1 for each of its units among the launch's last tail units.
+TEST(BackwardWorkspace, DqDoneTargetWithTailSplit) {
+  using sm90::bwd::dq_done_target;
+  // 32 heads of 64 key blocks, the last 68 units in 5 parts: heads 0-29 whole, 30 has 4 split, 31 all.
+  const int tail_first = 32 * 64 - 68;
+  EXPECT_EQ(dq_done_target(0, 64, tail_first, 5), 64);
+  EXPECT_EQ(dq_done_target(29, 64, tail_first, 5), 64);
+  EXPECT_EQ(dq_done_target(30, 64, tail_first, 5), 64 + 4 * 4);
+  EXPECT_EQ(dq_done_target(31, 64, tail_first, 5), 64 + 64 * 4);
+  EXPECT_EQ(dq_done_target(31, 64, 1 << 30, 1), 64);  // no split
+  EXPECT_EQ(dq_done_target(0, 3, 0, 2), 6);            // every unit split in two
+}
+
 TEST(BackwardWorkspace, TailSlots) {
   using namespace sm90::bwd;
   AttnProblem p;

@@ -815,6 +815,7 @@ TEST(BackwardDqOverlap, MatchesWaitingForTheWholeGrid) {
     Grads g[2];
     for (int overlap : {0, 1}) {
       tuning.dq_overlap = overlap;
+      tuning.tail_split = 0;  // one count per key block (the split's pieces count too: BackwardTailSplit)
       const Result r = run_backward(p.w, p.args, &ws, &g[overlap]);
       tuning = saved;
       const std::string what = p.name + " dq_overlap " + std::to_string(overlap);
@@ -1031,6 +1032,13 @@ TEST(BackwardTailSplit, PiecesMatchReferenceAndWholeUnits) {
   HOPATTN_TEST_CUDA(cudaMemcpy(counts.data(), static_cast<const char*>(ws.get()) + layout.tail_count,
                                counts.size() * sizeof(int), cudaMemcpyDeviceToHost));
   for (int i = 0; i < want.units; ++i) EXPECT_EQ(counts[i], want.parts) << "split unit " << i;
+  // With dq_overlap (the default at d256) every piece counts itself done, and the postprocess waited
+  // for all of them: one head, its key blocks plus parts - 1 per split unit.
+  if (heuristics::bwd_dq_overlap()) {
+    int done = -1;
+    HOPATTN_TEST_CUDA(cudaMemcpy(&done, static_cast<const char*>(ws.get()) + layout.dq_done, sizeof(int), cudaMemcpyDeviceToHost));
+    EXPECT_EQ(done, units + int64_t(want.units) * (want.parts - 1));
+  }
   // Against whole units: dK and dV differ only in the fp32 order of their sums, dQ in that of its
   // adds (unordered in either run).
   for (auto [name, got, ref] : {std::tuple{"dq", &split.dq, &whole.dq}, std::tuple{"dk", &split.dk, &whole.dk},

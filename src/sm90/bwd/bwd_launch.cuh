@@ -88,7 +88,7 @@ cudaError_t launch_main(const AttnBackwardProblem& bp, const WorkspaceLayout& w,
   params.tail_parts = split.parts > 0 ? split.parts : 1;
   params.tail_acc = reinterpret_cast<float*>(ws + w.tail_acc);
   params.tail_count = reinterpret_cast<int*>(ws + w.tail_count);
-  params.dq_done = use_dq_overlap(kHeadDim) && split.units == 0 ? reinterpret_cast<int*>(ws + w.dq_done) : nullptr;
+  params.dq_done = use_dq_overlap(kHeadDim) ? reinterpret_cast<int*>(ws + w.dq_done) : nullptr;
   params.trace = bwd_trace();
   const int64_t grid = units + int64_t(split.units) * (split.parts - 1);
   if (grid > INT_MAX) return cudaErrorInvalidConfiguration;
@@ -141,13 +141,15 @@ cudaError_t run_bwd(const AttnBackwardProblem& bp, void* workspace, cudaStream_t
     pp.dq_accum = reinterpret_cast<float*>(ws_bytes + w.dq_accum);
     pp.semaphore = reinterpret_cast<int*>(ws_bytes + w.semaphore);
     pp.dq_first_store = bwd::use_dq_first_store(kHeadDim);
-    // A tail split's pieces are more CTAs than the key blocks the postprocess counts: no overlap then.
     bwd::TailSplit split{};
     if (cudaError_t e = bwd::tail_split<kHeadDim, false>(bp, &split); e != cudaSuccess) return e;
-    pp.dq_done = bwd::use_dq_overlap(kHeadDim) && split.units == 0 ? reinterpret_cast<int*>(ws_bytes + w.dq_done) : nullptr;
+    pp.dq_done = bwd::use_dq_overlap(kHeadDim) ? reinterpret_cast<int*>(ws_bytes + w.dq_done) : nullptr;
     pp.dq_done_count = int(p.batch * p.heads_kv);
     constexpr int kBlockN = bwd::BwdConfig<kDType, kHeadDim, false>::kBlockN;  // every variant's (config.hpp)
     pp.dq_done_target = int((p.seqlen_k + kBlockN - 1) / kBlockN);            // the main grid's key blocks
+    // A split unit's pieces count one each (dq_done_target): the split units are the launch's last.
+    pp.tail_first = split.units > 0 ? int(int64_t(pp.dq_done_target) * p.heads_kv * p.batch - split.units) : INT_MAX;
+    pp.tail_parts = split.units > 0 ? split.parts : 1;
     pp.group = int(p.group());
     pp.trace = bwd::bwd_trace();
     for (int i = 0; i < 3; ++i) {

@@ -216,7 +216,11 @@ __device__ __forceinline__ void consume_head_split(const typename BwdKernel<Cfg>
     }
     release_staged();  // the producer's tail waits for every stage; smem must outlive the bulk reads
   }
-  if (blk.piece >= 0 && !add_tail_piece<Cfg>(params, blk, tdKrdK, tdVrdV, ss, thread_idx)) return;
+  // A piece that is not its unit's last counts itself done (its dQ adds) and leaves the store to the last.
+  if (blk.piece >= 0 && !add_tail_piece<Cfg>(params, blk, tdKrdK, tdVrdV, ss, thread_idx)) {
+    count_dq_done<Cfg>(params, blk, wg_thread == 0, thread_idx);
+    return;
+  }
   store_dk_dv<Cfg>(params, blk, si, thr_dkv, tdKrdK, tdVrdV, ss, thread_idx);
   count_dq_done<Cfg>(params, blk, wg_thread == 0, thread_idx);  // the bulk adds are wg_thread 0's
 }

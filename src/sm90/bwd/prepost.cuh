@@ -44,6 +44,7 @@ struct PrePostParams {
   // blocks) on its tile's. Null: no overlap, the postprocess waits for the whole main grid.
   int* dq_done;
   int dq_done_count, dq_done_target, group;
+  int tail_first, tail_parts;  // the main kernel's tail split (workspace.hpp, dq_done_target); INT_MAX, 1: none
   BwdTrace trace;  // HOPATTN_BWD_TRACE=1: a record per postprocess CTA (trace.hpp)
   // The main kernel's tail split (workspace.hpp): tail_units slots and counters to zero.
   float* tail_acc;
@@ -199,8 +200,9 @@ __global__ void __launch_bounds__(Mainloop::kdQElems / Mainloop::kdQPerThread)
   // counted itself done, so later work on the stream sees all of dK and dV too.
   if (p.dq_done != nullptr) {
     if (threadIdx.x == 0) {
-      const int* done = p.dq_done + int64_t(batch) * (p.heads_q / p.group) + head / p.group;
-      while (load_acquire(done) < p.dq_done_target) __nanosleep(200);
+      const int head_batch = batch * (p.heads_q / p.group) + head / p.group;
+      const int target = dq_done_target(head_batch, p.dq_done_target, p.tail_first, p.tail_parts);
+      while (load_acquire(p.dq_done + head_batch) < target) __nanosleep(200);
     }
     __syncthreads();
   } else {

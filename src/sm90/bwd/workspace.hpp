@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "api/problem.hpp"
+#include "sm90/bwd/launch_order.hpp"  // HOPATTN_BWD_HD
 
 namespace hopattn::sm90::bwd {
 
@@ -94,6 +95,16 @@ struct TailSplit {
 inline constexpr int kMaxTailUnits = 160;         // the workspace's slots; at least any Hopper's SM count
 inline constexpr int kTailSlotFloats = 64 * 256 * 2;  // a unit's fp32 dK and dV (64 keys x head_dim 256)
 inline constexpr double kTailPieceCost = 3.2;      // steps (d256: ~7.5 us per CTA + ~3 us of slot adds, 3.33 us a step)
+// The main-kernel CTAs that count themselves done for (batch, kv head) `head_batch` (dq_overlap):
+// its key blocks, and for each of its units that is split, parts - 1 more. Split units are the
+// launch's last (from tail_first on), and the tail split's launches keep the key blocks of one head
+// side by side (unit = head_batch x n_blocks + key block).
+HOPATTN_BWD_HD constexpr int dq_done_target(int head_batch, int n_blocks, int tail_first, int tail_parts) {
+  const long long lo = (long long)head_batch * n_blocks, hi = lo + n_blocks;
+  const long long split = hi <= tail_first ? 0 : hi - (tail_first > lo ? tail_first : lo);
+  return n_blocks + int(split) * (tail_parts - 1);
+}
+
 // units: the launch's; steps: a unit's steps (query blocks x query heads per kv head); sms: the
 // device's. Pure: the host tests check it.
 inline TailSplit bwd_tail_split(int64_t units, int64_t steps, int sms) {
