@@ -9,7 +9,8 @@ hopattn alone: the peers are compare.py's job.
     PYTHONPATH=.gpu/python python3 .gpu/bench/ab.py --lib main=.gpu/lib/libhopattn.so \
         --lib new=.gpu-exp/ab/libhopattn-new.so.xz --op backward --points 128:2048:1,128:4096:0 --rounds 3
 
-A library given as .xz is decompressed beside itself once. Points are head_dim:seqlen:causal on the
+A library given as .xz is decompressed beside itself once. `--env name:VAR=VALUE` sets a variable
+for one library's processes only, so one library under two names A/B's a run-time knob. Points are head_dim:seqlen:causal on the
 paper grid's shapes (16k tokens, hidden 2048; bench/common.probe_inputs). Ops:
   attention      the bf16 forward
   attention_fp8  the one-call FP8 path (pre-passes, then the FP8 kernel)
@@ -56,6 +57,20 @@ def parse_lib(text):
     if not sep or not name or not path or "-" in name:
         raise ValueError(f"--lib {text!r}: want name=path with a name without '-', e.g. main=.gpu/lib/libhopattn.so")
     return name, path
+
+
+def parse_env(items, names):
+    """['name:VAR=VALUE', ...] -> {name: {VAR: VALUE}} for the libraries `names`; ValueError naming the bad item."""
+    env = collections.defaultdict(dict)
+    for item in items:
+        name, sep, assign = item.partition(":")
+        var, eq, value = assign.partition("=")
+        if not sep or not eq or not var:
+            raise ValueError(f"--env {item!r}: want name:VAR=VALUE, e.g. new:HOPATTN_BWD_TAIL_SPLIT=0")
+        if name not in names:
+            raise ValueError(f"--env {item!r}: no --lib named {name!r}")
+        env[name][var] = value
+    return env
 
 
 def parse_line(line):
@@ -152,13 +167,10 @@ def main(argv=None):
         p.error("--rounds must be >= 1 and --warm >= 0")
     if args.child:
         return child(args)
-    extra_env = collections.defaultdict(dict)
-    for item in args.env:
-        name, sep, assign = item.partition(":")
-        var, eq, value = assign.partition("=")
-        if not sep or not eq or not var:
-            p.error(f"--env {item!r}: want name:VAR=VALUE")
-        extra_env[name][var] = value
+    try:
+        extra_env = parse_env(args.env, [n for n, _ in libs])
+    except ValueError as e:
+        p.error(str(e))
     if len(libs) < 2 or len({n for n, _ in libs}) != len(libs):
         p.error("give two or more --lib name=path with distinct names")
     lines = []

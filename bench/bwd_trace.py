@@ -48,6 +48,13 @@ def idle_after(records, t_from, t_to, sms):
     return (sms * (t_to - t_from) - busy) / 1e3
 
 
+def records_csv(records):
+    """The records as CSV text, a header line first (times in ns, as recorded)."""
+    lines = ["kernel,block,smid,start_ns,end_ns"]
+    lines += [f"{r.kernel},{r.block},{r.smid},{r.start},{r.end}" for r in records]
+    return "\n".join(lines) + "\n"
+
+
 def summarize(records, sms):
     main = [r for r in records if r.kernel == 0]
     post = [r for r in records if r.kernel == 1]
@@ -105,9 +112,7 @@ def main(argv=None):
         if args.dump:
             os.makedirs(args.dump, exist_ok=True)
             with open(os.path.join(args.dump, f"bwd-trace-d{d}-s{s}-c{c}.csv"), "w") as f:
-                f.write("kernel,block,smid,start_ns,end_ns\n")
-                for r in records:
-                    f.write(f"{r.kernel},{r.block},{r.smid},{r.start},{r.end}\n")
+                f.write(records_csv(records))
         for line in summarize(records, sms):
             print("  " + line)
 

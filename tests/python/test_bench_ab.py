@@ -24,6 +24,18 @@ def test_lib_parse_and_reject():
             ab.parse_lib(bad)
 
 
+def test_env_parse_and_reject():
+    # One library under two names with different knobs: each name gets its own variables.
+    env = ab.parse_env(["b:HOPATTN_BWD_TAIL_SPLIT=0", "b:X=a=b", "a:Y="], ["a", "b"])
+    assert env["b"] == {"HOPATTN_BWD_TAIL_SPLIT": "0", "X": "a=b"}
+    assert env["a"] == {"Y": ""}
+    assert env["c"] == {}  # a library without --env runs with the plain environment
+    for bad, word in [("bX=1", "name:VAR=VALUE"), ("b:X", "name:VAR=VALUE"), ("b:=1", "name:VAR=VALUE"),
+                      ("z:X=1", "no --lib named 'z'")]:
+        with pytest.raises(ValueError, match=word):
+            ab.parse_env([bad], ["a", "b"])
+
+
 def test_lines_and_summary():
     lines = [
         "AB main-r1 backward d128 s2048 c1 900.0us 380.0",

@@ -358,3 +358,6 @@ def test_bwd_trace_summary():
     assert "idle after it 10 SM-us of 20" in lines[0]
     assert lines[1] == "post  1 CTAs, first start 12.0 us, 1 started and 1 ended before the main kernel's end, last end -6.0 us past it"
     assert bwd_trace.summarize([rec(1, 0, 0, 1)], 2) == ["no main-kernel records"]
+    # --dump's CSV: a header, then one line per record in recorded order, times in ns.
+    csv = bwd_trace.records_csv([rec(0, 3, 1.5, 2.25), rec(1, 0, 4, 5)]).splitlines()
+    assert csv == ["kernel,block,smid,start_ns,end_ns", "0,0,3,1500,2250", "1,0,0,4000,5000"]
