@@ -94,7 +94,10 @@ struct TailSplit {
 };
 inline constexpr int kMaxTailUnits = 160;         // the workspace's slots; at least any Hopper's SM count
 inline constexpr int kTailSlotFloats = 64 * 256 * 2;  // a unit's fp32 dK and dV (64 keys x head_dim 256)
-inline constexpr double kTailPieceCost = 3.2;      // steps (d256: ~7.5 us per CTA + ~3 us of slot adds, 3.33 us a step)
+// Steps a piece costs beyond its own (d256: ~7.5 us per CTA + ~3 us of slot adds, 3.33 us a step).
+// Traced in v17 (perf-notes): 7.2 us beyond 13 steps of 3.1 us, i.e. 2.3 steps; the model's 3.2
+// only makes it pick fewer or no pieces at the margin, and was left as measured in A/B.
+inline constexpr double kTailPieceCost = 3.2;
 // The main-kernel CTAs that count themselves done for (batch, kv head) `head_batch` (dq_overlap):
 // its key blocks, and for each of its units that is split, parts - 1 more. Split units are the
 // launch's last (from tail_first on), and the tail split's launches keep the key blocks of one head
