@@ -6,12 +6,15 @@ postprocess (HOPATTN_BWD_TRACE=1, src/sm90/bwd/trace.hpp), on the paper grid's s
 Per point, one traced call after warm-up, then one line per kernel and the main kernel's waves:
 - main: CTAs, SMs used, span (first start to last end), median CTA time, when the last CTA started
   (every later moment is the last wave), and the SM-time idle from then to the main kernel's end;
+- waves: CTAs per SM, the gap before an SM's next CTA, the median CTA time of the first, middle and
+  last wave (docs/perf-notes.md, backward v17: lockstep waves);
 - post: CTAs, when the first started and how many started before the main kernel's end (the
   overlap, d256: dq_overlap), and how long the postprocess ran past it.
 Times in microseconds from the main kernel's first CTA start (%globaltimer: ns, but its update
 granularity on some drivers is 1 us). The trace adds an atomic per CTA; use ab.py for timings.
 """
 import argparse
+import collections
 import ctypes
 import os
 import statistics
@@ -55,6 +58,38 @@ def records_csv(records):
     return "\n".join(lines) + "\n"
 
 
+def waves(main):
+    """The main kernel's waves, from its records: CTAs per SM (count -> SMs), the gap between one CTA's
+    end and the next one's start on the same SM (median, max; us; None with one CTA per SM), and the
+    median CTA time of each SM's i-th CTA (us, by i). Lockstep waves show as near-zero gaps and equal
+    medians from the second wave on (the first pays for a cold L2)."""
+    per_sm = collections.defaultdict(list)
+    for r in main:
+        per_sm[r.smid].append(r)
+    gaps, by_index = [], collections.defaultdict(list)
+    for ctas in per_sm.values():
+        ctas.sort(key=lambda r: r.start)
+        for i, r in enumerate(ctas):
+            by_index[i].append((r.end - r.start) / 1e3)
+            if i:
+                gaps.append((r.start - ctas[i - 1].end) / 1e3)
+    counts = collections.Counter(len(c) for c in per_sm.values())
+    gap = (statistics.median(gaps), max(gaps)) if gaps else None
+    return dict(sorted(counts.items(), reverse=True)), gap, [statistics.median(by_index[i]) for i in sorted(by_index)]
+
+
+def read_csv(text):
+    """Records from records_csv's text (a dumped trace), for summarising it again without a GPU."""
+    rows = text.strip().splitlines()
+    if not rows or rows[0] != "kernel,block,smid,start_ns,end_ns":
+        raise ValueError("not a bwd_trace.py --dump CSV (header kernel,block,smid,start_ns,end_ns)")
+    out = []
+    for row in rows[1:]:
+        k, b, sm, start, end = (int(x) for x in row.split(","))
+        out.append(Record(k, b, sm, 0, start, end))
+    return out
+
+
 def summarize(records, sms):
     main = [r for r in records if r.kernel == 0]
     post = [r for r in records if r.kernel == 1]
@@ -70,6 +105,13 @@ def summarize(records, sms):
         f"last CTA started at {us(last_start):.1f} us; idle after it {idle_after(main, last_start, main_end, sms):.0f} "
         f"SM-us of {sms * (main_end - last_start) / 1e3:.0f}"
     ]
+    counts, gap, medians = waves(main)
+    line = "waves " + ", ".join(f"{n} CTAs on {k} SMs" for n, k in counts.items())
+    if gap:
+        line += f"; next CTA on an SM after {gap[0]:.2f} us (max {gap[1]:.2f})"
+    line += "; median CTA by wave " + (f"first {medians[0]:.1f}, middle {medians[len(medians) // 2]:.1f}, "
+                                       f"last {medians[-1]:.1f} us" if len(medians) > 1 else f"{medians[0]:.1f} us")
+    lines.append(line)
     if post:
         first = min(r.start for r in post)
         early = sum(r.start < main_end for r in post)
@@ -86,7 +128,16 @@ def main(argv=None):
     parser.add_argument("--points", default="256:4096:0", help="head_dim:seqlen:causal,... (the grid's shapes)")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--dump", help="also write each point's raw records to DUMP/bwd-trace-d{d}-s{s}-c{c}.csv")
+    parser.add_argument("--csv", nargs="+", help="summarise dumped traces instead (no GPU): the CSV files")
+    parser.add_argument("--sms", type=int, default=132, help="with --csv: the SMs of the traced device")
     args = parser.parse_args(argv)
+    if args.csv:
+        for path in args.csv:
+            print(f"== {path} ({args.sms} SMs)")
+            with open(path) as f:
+                for line in summarize(read_csv(f.read()), args.sms):
+                    print("  " + line)
+        return
     if os.environ.get("HOPATTN_BWD_TRACE") != "1":
         sys.exit("set HOPATTN_BWD_TRACE=1 (read once, when the library first runs a backward)")
     import torch

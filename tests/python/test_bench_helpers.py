@@ -356,8 +356,21 @@ def test_bwd_trace_summary():
     lines = bwd_trace.summarize(records, 2)
     assert lines[0].startswith("main  3 CTAs on 2 SMs, span 20.0 us, median CTA 10.0 us, last CTA started at 10.0 us")
     assert "idle after it 10 SM-us of 20" in lines[0]
-    assert lines[1] == "post  1 CTAs, first start 12.0 us, 1 started and 1 ended before the main kernel's end, last end -6.0 us past it"
+    assert lines[1] == "waves 2 CTAs on 1 SMs, 1 CTAs on 1 SMs; next CTA on an SM after 0.00 us (max 0.00); median CTA by wave first 10.0, middle 10.0, last 10.0 us"
+    assert lines[2] == "post  1 CTAs, first start 12.0 us, 1 started and 1 ended before the main kernel's end, last end -6.0 us past it"
+    # Waves: SM 0 runs CTAs of 12, 10, 8 us with gaps of 1 and 3 us; SM 1 two of 10 us back to back.
+    main = [rec(0, 0, 0, 12), rec(0, 0, 13, 23), rec(0, 0, 26, 34), rec(0, 1, 0, 10), rec(0, 1, 10, 20)]
+    counts, gap, medians = bwd_trace.waves(main)
+    assert counts == {3: 1, 2: 1}
+    assert gap == (1.0, 3.0)
+    assert medians == [11.0, 10.0, 8.0]
+    assert bwd_trace.waves([rec(0, 0, 0, 5), rec(0, 1, 0, 7)]) == ({1: 2}, None, [6.0])
     assert bwd_trace.summarize([rec(1, 0, 0, 1)], 2) == ["no main-kernel records"]
     # --dump's CSV: a header, then one line per record in recorded order, times in ns.
     csv = bwd_trace.records_csv([rec(0, 3, 1.5, 2.25), rec(1, 0, 4, 5)]).splitlines()
     assert csv == ["kernel,block,smid,start_ns,end_ns", "0,0,3,1500,2250", "1,0,0,4000,5000"]
+    # --csv reads it back: the same summary as the records it was written from.
+    back = bwd_trace.read_csv(bwd_trace.records_csv(records))
+    assert bwd_trace.summarize(back, 2) == lines
+    with pytest.raises(ValueError, match="header"):
+        bwd_trace.read_csv("a,b\n1,2\n")
