@@ -799,6 +799,21 @@ TEST(BackwardLaunchOrder, CausalSectionsMatchReferenceAndEachOther) {
   if (!ran) GTEST_SKIP() << "not built: " << build_instantiations();
 }
 
+// The workspace layout run_backward uses for case c (the cases that read it have no window), and n
+// ints of a workspace at a byte offset: the tests below read the library's counters there.
+sm90::bwd::WorkspaceLayout case_workspace_layout(const BwdCase& c) {
+  AttnProblem p;
+  p.batch = c.batch, p.seqlen_q = c.seqlen_q, p.seqlen_k = c.seqlen_k, p.heads_q = c.heads_q;
+  p.heads_kv = c.heads_kv, p.head_dim = c.head_dim, p.causal = c.causal;
+  p.window_left = -1, p.window_right = c.causal ? 0 : -1;
+  return sm90::bwd::workspace_layout(p);
+}
+std::vector<int> workspace_ints(const DeviceBuffer& ws, std::size_t offset, std::size_t n) {
+  std::vector<int> v(n);
+  HOPATTN_TEST_CUDA(cudaMemcpy(v.data(), static_cast<const char*>(ws.get()) + offset, n * sizeof(int), cudaMemcpyDeviceToHost));
+  return v;
+}
+
 // d256's dQ postprocess overlapping the main kernel's last wave (sm90/bwd/workspace.hpp,
 // dq_overlap): the same gradients as behind the whole grid, against the reference, dK and dV
 // bitwise; and every (batch, kv head)'s done counter reads the grid's key blocks afterwards.
@@ -824,15 +839,9 @@ TEST(BackwardDqOverlap, MatchesWaitingForTheWholeGrid) {
     }
     EXPECT_EQ(count_differences(g[1].dk, g[0].dk, *t), 0u) << p.name;
     EXPECT_EQ(count_differences(g[1].dv, g[0].dv, *t), 0u) << p.name;
-    AttnProblem prob;
-    prob.batch = c.batch, prob.seqlen_q = c.seqlen_q, prob.seqlen_k = c.seqlen_k, prob.heads_q = c.heads_q;
-    prob.heads_kv = c.heads_kv, prob.head_dim = 256, prob.causal = c.causal;
-    prob.window_left = -1, prob.window_right = c.causal ? 0 : -1;
-    const sm90::bwd::WorkspaceLayout layout = sm90::bwd::workspace_layout(prob);
+    const sm90::bwd::WorkspaceLayout layout = case_workspace_layout(c);
     ASSERT_LE(layout.total, ws.bytes());
-    std::vector<int> done(c.batch * c.heads_kv);
-    HOPATTN_TEST_CUDA(cudaMemcpy(done.data(), static_cast<const char*>(ws.get()) + layout.dq_done, done.size() * sizeof(int),
-                                 cudaMemcpyDeviceToHost));
+    const std::vector<int> done = workspace_ints(ws, layout.dq_done, c.batch * c.heads_kv);
     for (size_t i = 0; i < done.size(); ++i) EXPECT_EQ(done[i], (c.seqlen_k + 63) / 64) << p.name << " (batch, kv head) " << i;
   }
 }
@@ -1023,21 +1032,14 @@ TEST(BackwardTailSplit, PiecesMatchReferenceAndWholeUnits) {
   // The split ran: every split unit's counter holds its pieces (the last one does not reset it;
   // run_backward poisoned the workspace before, and the preprocess zeroed the counters).
   const sm90::bwd::TailSplit want = sm90::bwd::bwd_tail_split(units, 16, sms);
-  AttnProblem prob;
-  prob.batch = 1, prob.seqlen_q = big.seqlen_q, prob.seqlen_k = big.seqlen_k, prob.heads_q = prob.heads_kv = 1;
-  prob.head_dim = 256, prob.window_left = prob.window_right = -1;
-  const sm90::bwd::WorkspaceLayout layout = sm90::bwd::workspace_layout(prob);
+  const sm90::bwd::WorkspaceLayout layout = case_workspace_layout(big);
   ASSERT_LE(layout.total, ws.bytes());
-  std::vector<int> counts(want.units);
-  HOPATTN_TEST_CUDA(cudaMemcpy(counts.data(), static_cast<const char*>(ws.get()) + layout.tail_count,
-                               counts.size() * sizeof(int), cudaMemcpyDeviceToHost));
+  const std::vector<int> counts = workspace_ints(ws, layout.tail_count, want.units);
   for (int i = 0; i < want.units; ++i) EXPECT_EQ(counts[i], want.parts) << "split unit " << i;
   // With dq_overlap (the default at d256) every piece counts itself done, and the postprocess waited
   // for all of them: one head, its key blocks plus parts - 1 per split unit.
   if (heuristics::bwd_dq_overlap()) {
-    int done = -1;
-    HOPATTN_TEST_CUDA(cudaMemcpy(&done, static_cast<const char*>(ws.get()) + layout.dq_done, sizeof(int), cudaMemcpyDeviceToHost));
-    EXPECT_EQ(done, units + int64_t(want.units) * (want.parts - 1));
+    EXPECT_EQ(workspace_ints(ws, layout.dq_done, 1)[0], units + int64_t(want.units) * (want.parts - 1));
   }
   // Against whole units: dK and dV differ only in the fp32 order of their sums, dQ in that of its
   // adds (unordered in either run).
