@@ -8,11 +8,12 @@
 #   ab    bench/ab.py over every .gpu-exp/ab library, libhopattn-base first when present
 #         (AB_POINTS head_dim:seqlen:causal,..., AB_OP default backward, AB_ROUNDS default 3)
 #   grid  bench/compare.py $GRID_ARGS
-# $LIB defaults to .gpu's library. Logs go to $OUT (the device tool's output folder); a summary of
-# each phase is printed. Example:
+# $LIB defaults to the pack's library; PACK (default .gpu) names another pack folder (a second
+# branch's tests and library, e.g. .gpu-b), whose logs then carry its name. Logs go to $OUT (the
+# device tool's output folder); a summary of each phase is printed. Example:
 #   GT_FILTER='*Backward*' AB_POINTS=256:4096:0,256:2048:1 bash scripts/gpu-phases.sh gt ab
 set -uo pipefail
-p=$PWD/.gpu
+p=$PWD/${PACK:-.gpu}
 [ -f $p/lib/libhopattn.so ] || xz -T8 -dk $p/lib/libhopattn.so.xz
 ab=$PWD/.gpu-exp/ab
 for f in $ab/*.so.xz; do [ -e "$f" ] && { [ -f ${f%.xz} ] || xz -T8 -dk $f; }; done
@@ -21,10 +22,12 @@ O=${OUT:-/tmp/out}
 mkdir -p $O
 LIB=$(readlink -f "${LIB:-$p/lib/libhopattn.so}")  # absolute: withlib links to it from /tmp
 name=$(basename $LIB .so)
+[ "${PACK:-.gpu}" = .gpu ] || name=$name-${PACK#.}
 # Each library is loaded through its own folder, so that a process sees one libhopattn.so only.
+libdir() { echo /tmp/l-$(echo "$1" | md5sum | cut -c1-10); }  # one folder per library path
 withlib() {
   local lib=$1; shift
-  local d=/tmp/l-$(basename $lib .so)
+  local d=$(libdir $lib)
   mkdir -p $d && ln -sf $lib $d/libhopattn.so
   LD_LIBRARY_PATH=$d HOPATTN_LIBRARY=$lib "$@"
 }
@@ -48,7 +51,7 @@ for phase in "$@"; do
        echo "rc=$?")
       tail -2 $O/py.log ;;
     san)  # scripts/gpu-sanitize.sh on $LIB, under the default forward kernel only
-      withlib $LIB env LIBDIR=/tmp/l-$name SAN_KERNELS=ws timeout ${SAN_T:-180} bash scripts/gpu-sanitize.sh \
+      withlib $LIB env LIBDIR=$(libdir $LIB) SAN_KERNELS=ws timeout ${SAN_T:-180} bash scripts/gpu-sanitize.sh \
         "${SAN_FILTER:-Sm90/BackwardVsReference*bf16_d*_b2_h8x2_q255_k127_det:Sm90/BackwardVsReference*bf16_d*_b1_h8x2_q255_k127}"
       echo "rc=$?" ;;
     ab)

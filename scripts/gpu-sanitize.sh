@@ -3,7 +3,7 @@
 # and racecheck over a small forward grid (one shape per head dim, causal off and on, GQA, ragged
 # seqlens), for the default kernel and for HOPATTN_FWD_KERNEL=mma. Prints each tool's summary line.
 set -uo pipefail
-pack=.gpu
+pack=${PACK:-.gpu}
 export LD_LIBRARY_PATH=${LIBDIR:-$PWD/$pack/lib}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 # Default: every head dim at q127/k255, plus d128 causal q2048/k512 (tiles with no visible key
 # between full ones, N=128) and d128 non-causal q512/k2048 (the N=160 key tile). The backward
