@@ -6,7 +6,8 @@
 #   py    pytest in .gpu on $LIB (PY_ARGS, default tests/python; PY_T, default 300)
 #   san   scripts/gpu-sanitize.sh (memcheck, racecheck) on SAN_FILTER (default: backward tests)
 #   ab    bench/ab.py over every .gpu-exp/ab library, libhopattn-base first when present
-#         (AB_POINTS head_dim:seqlen:causal,..., AB_OP default backward, AB_ROUNDS default 3)
+#         (AB_POINTS head_dim:seqlen:causal,..., AB_OP default backward, AB_ROUNDS default 3,
+#         AB_EXTRA more ab.py arguments)
 #   grid  bench/compare.py $GRID_ARGS
 # $LIB defaults to the pack's library; PACK (default .gpu) names another pack folder (a second
 # branch's tests and library, e.g. .gpu-b), whose logs then carry its name. Logs go to $OUT (the
@@ -55,7 +56,9 @@ for phase in "$@"; do
         "${SAN_FILTER:-Sm90/BackwardVsReference*bf16_d*_b2_h8x2_q255_k127_det:Sm90/BackwardVsReference*bf16_d*_b1_h8x2_q255_k127}"
       echo "rc=$?" ;;
     ab)
-      withlib $LIB python3 $p/bench/ab.py $(ab_libs) --op ${AB_OP:-backward} --points ${AB_POINTS:?AB_POINTS is needed} \
+      # AB_EXTRA: more ab.py arguments, e.g. one library again under a knob:
+      #   AB_EXTRA='--lib dioff=.gpu-exp/ab/libhopattn-di.so --env dioff:HOPATTN_BWD_DQ_INIT=0'
+      withlib $LIB python3 $p/bench/ab.py $(ab_libs) ${AB_EXTRA:-} --op ${AB_OP:-backward} --points ${AB_POINTS:?AB_POINTS is needed} \
         --rounds ${AB_ROUNDS:-3} > $O/ab.log 2>&1
       echo "rc=$?"
       grep -v '^AB ' $O/ab.log | tail -20 ;;
