@@ -7,7 +7,7 @@
 #   san   scripts/gpu-sanitize.sh (memcheck, racecheck) on SAN_FILTER (default: backward tests)
 #   ab    bench/ab.py over every .gpu-exp/ab library, libhopattn-base first when present
 #         (AB_POINTS head_dim:seqlen:causal,..., AB_OP default backward, AB_ROUNDS default 3,
-#         AB_EXTRA more ab.py arguments)
+#         AB_ONLY names of .gpu-exp/ab libraries to take, AB_EXTRA more ab.py arguments)
 #   grid  bench/compare.py $GRID_ARGS
 # $LIB defaults to the pack's library; PACK (default .gpu) names another pack folder (a second
 # branch's tests and library, e.g. .gpu-b), whose logs then carry its name. Logs go to $OUT (the
@@ -32,11 +32,13 @@ withlib() {
   mkdir -p $d && ln -sf $lib $d/libhopattn.so
   LD_LIBRARY_PATH=$d HOPATTN_LIBRARY=$lib "$@"
 }
-ab_libs() {
+ab_libs() {  # AB_ONLY='base di': only those of .gpu-exp/ab (default: all)
   local first=$ab/libhopattn-base.so
   for f in $( [ -f $first ] && echo $first) $(ls $ab/*.so 2>/dev/null | grep -v -- -base.so); do
     n=$(basename $f .so)
-    echo --lib ${n#libhopattn-}=$f
+    n=${n#libhopattn-}
+    [ -z "${AB_ONLY:-}" ] || [[ " $AB_ONLY " == *" $n "* ]] || continue
+    echo --lib $n=$f
   done
 }
 t0=$(date +%s)
