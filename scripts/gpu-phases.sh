@@ -7,7 +7,8 @@
 #   san   scripts/gpu-sanitize.sh (memcheck, racecheck) on SAN_FILTER (default: backward tests)
 #   ab    bench/ab.py over every .gpu-exp/ab library, libhopattn-base first when present
 #         (AB_POINTS head_dim:seqlen:causal,..., AB_OP default backward, AB_ROUNDS default 3,
-#         AB_ONLY names of .gpu-exp/ab libraries to take, AB_EXTRA more ab.py arguments)
+#         AB_ONLY names of .gpu-exp/ab libraries to take, AB_EXTRA more ab.py arguments,
+#         AB_TAG a suffix for the log, ab-TAG.log, when one call runs two A/Bs)
 #   grid  bench/compare.py $GRID_ARGS
 # $LIB defaults to the pack's library; PACK (default .gpu) names another pack folder (a second
 # branch's tests and library, e.g. .gpu-b), whose logs then carry its name. Logs go to $OUT (the
@@ -61,9 +62,9 @@ for phase in "$@"; do
       # AB_EXTRA: more ab.py arguments, e.g. one library again under a knob:
       #   AB_EXTRA='--lib dioff=.gpu-exp/ab/libhopattn-di.so --env dioff:HOPATTN_BWD_DQ_INIT=0'
       withlib $LIB python3 $p/bench/ab.py $(ab_libs) ${AB_EXTRA:-} --op ${AB_OP:-backward} --points ${AB_POINTS:?AB_POINTS is needed} \
-        --rounds ${AB_ROUNDS:-3} > $O/ab.log 2>&1
+        --rounds ${AB_ROUNDS:-3} > $O/ab${AB_TAG:+-$AB_TAG}.log 2>&1
       echo "rc=$?"
-      grep -v '^AB ' $O/ab.log | tail -20 ;;
+      grep -v '^AB ' $O/ab${AB_TAG:+-$AB_TAG}.log | tail -20 ;;
     grid)
       withlib $LIB timeout ${GRID_T:-400} python3 $p/bench/compare.py ${GRID_ARGS:-} > $O/grid.log 2>&1
       echo "rc=$?"
