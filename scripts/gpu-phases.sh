@@ -61,10 +61,11 @@ for phase in "$@"; do
     ab)
       # AB_EXTRA: more ab.py arguments, e.g. one library again under a knob:
       #   AB_EXTRA='--lib dioff=.gpu-exp/ab/libhopattn-di.so --env dioff:HOPATTN_BWD_DQ_INIT=0'
+      log=$O/ab${AB_TAG:+-$AB_TAG}.log
       withlib $LIB python3 $p/bench/ab.py $(ab_libs) ${AB_EXTRA:-} --op ${AB_OP:-backward} --points ${AB_POINTS:?AB_POINTS is needed} \
-        --rounds ${AB_ROUNDS:-3} > $O/ab${AB_TAG:+-$AB_TAG}.log 2>&1
+        --rounds ${AB_ROUNDS:-3} > $log 2>&1
       echo "rc=$?"
-      grep -v '^AB ' $O/ab${AB_TAG:+-$AB_TAG}.log | tail -20 ;;
+      grep -v '^AB ' $log | tail -20 ;;
     grid)
       withlib $LIB timeout ${GRID_T:-400} python3 $p/bench/compare.py ${GRID_ARGS:-} > $O/grid.log 2>&1
       echo "rc=$?"
