@@ -3,7 +3,9 @@
 // forward (C++ and C ABI) refusing a missing, short or misaligned workspace before any device.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "../common/c_abi_util.hpp"
 #include "../common/test_util.hpp"
@@ -48,6 +50,80 @@ TEST(TailSplitPieces, ForcedCountsAreClamped) {
   EXPECT_EQ(tail_split_pieces(2048, 132, 3, 7), 3);  // at most one piece per key block
   EXPECT_EQ(tail_split_pieces(2048, 132, 64, 50), heuristics::kMaxTailPieces);
   EXPECT_EQ(tail_split_pieces(132 * 3, 132, 26, 4), 1);  // no partial round: nothing to split
+}
+
+// The scheduler's walk (StaticTileScheduler with kTailSplit): CTA b of `grid` takes work indices
+// b, b + grid, ... below num_indices, each mapped by split_work and piece_block_range. Every whole
+// tile must come once, every split tile's key blocks once across its pieces, no piece empty; and
+// with the model's piece count the busiest CTA (in the model's key blocks) must finish sooner
+// than without the split.
+struct Walk {
+  double busiest = 0;  // the most work a CTA gets: blocks + 1 a whole tile, blocks + 1.5 a piece
+};
+Walk walk(int tiles, int sms, int key_blocks, int pieces) {
+  sm90::ws::TailSplit s;
+  const int rest = tiles % sms;
+  if (pieces > 1 && rest > 0) {
+    s.first = tiles - rest;
+    s.tiles = rest;
+    s.pieces = pieces;
+  }
+  const int n = s.num_indices(tiles), grid = n < sms ? n : sms;
+  std::vector<int> whole(tiles, 0);
+  std::vector<std::vector<int>> covered(tiles, std::vector<int>(key_blocks, 0));
+  Walk w;
+  for (int b = 0; b < grid; ++b) {
+    double work = 0;
+    for (int idx = b; idx < n; idx += grid) {
+      const sm90::ws::SplitWork sw = sm90::ws::split_work(s, idx);
+      EXPECT_GE(sw.tile, 0);
+      EXPECT_LT(sw.tile, tiles);
+      if (sw.piece < 0) {
+        EXPECT_LT(sw.tile, s.first);
+        ++whole[sw.tile];
+        work += key_blocks + 1.0;
+        continue;
+      }
+      EXPECT_GE(sw.tile, s.first);
+      EXPECT_EQ(sw.split_tile, sw.tile - s.first);
+      EXPECT_LT(sw.piece, pieces);
+      const sm90::ws::BlockRange range = sm90::ws::piece_block_range(s, 0, key_blocks, sw.piece);
+      const int pb = range.begin, pe = range.end;
+      EXPECT_LT(pb, pe) << "an empty piece: tile " << sw.tile << " piece " << sw.piece;
+      for (int k = pb; k < pe; ++k) ++covered[sw.tile][k];
+      work += (pe - pb) + 1.5;
+    }
+    w.busiest = std::max(w.busiest, work);
+  }
+  for (int t = 0; t < tiles; ++t) {
+    if (t < (s.on() ? s.first : tiles)) {
+      EXPECT_EQ(whole[t], 1) << "tile " << t;
+    } else {
+      for (int k = 0; k < key_blocks; ++k) EXPECT_EQ(covered[t][k], 1) << "tile " << t << " block " << k;
+    }
+  }
+  return w;
+}
+
+TEST(TailSplitWork, TheRoundRobinCoversEveryTileAndKeyBlockOnce) {
+  const int cases[][4] = {
+      {2048, 132, 26, 3}, {2816, 132, 32, 3}, {64, 132, 8, 2}, {8, 132, 32, 8}, {1000, 132, 7, 5},
+      {300, 132, 13, 4},  {131, 132, 9, 8},   {144, 132, 24, 8}, {192, 132, 33, 8}, {2048, 132, 26, 1},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "tiles " << c[0] << " sms " << c[1] << " blocks " << c[2] << " pieces " << c[3]);
+    walk(c[0], c[1], c[2], c[3]);
+  }
+}
+
+TEST(TailSplitWork, TheModelsChoiceShortensTheBusiestCta) {
+  const int cases[][3] = {{2048, 132, 26}, {2816, 132, 32}, {3072, 132, 8}, {64, 132, 8}, {8, 132, 32}, {2048, 132, 94}};
+  for (const auto& c : cases) {
+    const int k = tail_split_pieces(c[0], c[1], c[2], -1);
+    ASSERT_GT(k, 1) << c[0] << " tiles";
+    const double split = walk(c[0], c[1], c[2], k).busiest, whole = walk(c[0], c[1], c[2], 1).busiest;
+    EXPECT_LT(split, whole) << c[0] << " tiles of " << c[2] << " blocks in " << k << " pieces";
+  }
 }
 
 // A problem the split applies to: bf16, unmasked, fixed-length.

@@ -14,13 +14,13 @@
 
 namespace hopattn::sm90::ws {
 
-// Key blocks of piece j out of the tile's [begin, end): near-equal consecutive ranges, none empty
-// (the host plans at most as many pieces as key blocks). The last piece holds the last block, the
-// one a partial seqlen_k masks; the mask is per block, so any piece may hold it.
+// The piece's key blocks (tail_split.hpp's piece_block_range) as the mainloop's KeyBlocks. The
+// last piece holds the last block, the one a partial seqlen_k masks; the mask is per block, so any
+// piece may hold it.
 template <class KeyBlocks>
 __device__ __forceinline__ KeyBlocks piece_key_blocks(const TailSplit& split, KeyBlocks kb, int piece) {
-  const int n = kb.end - kb.begin;
-  return {kb.begin + piece * n / split.pieces, kb.begin + (piece + 1) * n / split.pieces};
+  const BlockRange r = piece_block_range(split, kb.begin, kb.end, piece);
+  return {r.begin, r.end};
 }
 
 // bar.red.or over the `threads` threads of named barrier `id` (a hardware id): every thread gets

@@ -31,6 +31,31 @@ struct TailSplit {
   HOPATTN_HOST_DEVICE int num_indices(int num_tiles) const { return on() ? first + tiles * pieces : num_tiles; }
 };
 
+// What work index idx is: a whole tile (piece -1), or piece `piece` of split tile `split_tile`,
+// whose tile index is `tile`. The scheduler's mapping, here so that the CPU tests walk it.
+struct SplitWork {
+  int tile, piece, split_tile;
+};
+// A piece's index (idx >= s.first, s.on()): what the scheduler calls past its whole tiles.
+HOPATTN_HOST_DEVICE inline SplitWork split_piece(const TailSplit& s, int idx) {
+  const int p = idx - s.first;
+  return {s.first + p % s.tiles, p / s.tiles, p % s.tiles};
+}
+HOPATTN_HOST_DEVICE inline SplitWork split_work(const TailSplit& s, int idx) {
+  return (!s.on() || idx < s.first) ? SplitWork{idx, -1, 0} : split_piece(s, idx);
+}
+
+// Key blocks of piece j out of a tile's [begin, end): near-equal consecutive ranges, none empty
+// when there are at least as many blocks as pieces (the host plans no more pieces than that, and
+// the launcher checks it).
+struct BlockRange {
+  int begin, end;
+};
+HOPATTN_HOST_DEVICE inline BlockRange piece_block_range(const TailSplit& s, int begin, int end, int piece) {
+  const int n = end - begin;
+  return {begin + piece * n / s.pieces, begin + (piece + 1) * n / s.pieces};
+}
+
 // Consumer warps of a tile of block_m rows: two warpgroups of 128 threads per 128 rows.
 HOPATTN_HOST_DEVICE constexpr int tail_split_warps(int block_m) { return block_m / 16; }
 // A slot: the O of every consumer thread (block_m x head_dim fp32) and its two rows' lse.

@@ -117,10 +117,10 @@ struct StaticTileScheduler {
   __device__ WorkTile tile(int idx) const {
     if constexpr (kTailSplit) {
       if (idx >= order.split.first) {
-        const int p = idx - order.split.first;
-        WorkTile t = order.tile(order.split.first + p % order.split.tiles);
-        t.piece = p / order.split.tiles;
-        t.split_tile = p % order.split.tiles;
+        const SplitWork w = split_piece(order.split, idx);
+        WorkTile t = order.tile(w.tile);
+        t.piece = w.piece;
+        t.split_tile = w.split_tile;
         return t;
       }
     }
