@@ -78,22 +78,19 @@ Result check_device() { return check_hopper_device(); }
 
 namespace {
 
-// forward after validation; with a workspace (forward's workspace form) the tail split planned for
-// the current device, else none.
-Result run_forward(AttnProblem& p, void* workspace, std::size_t workspace_bytes, cudaStream_t stream) {
+// forward after validation; `pieces` > 1 (forward's workspace form, its plan for the current device)
+// splits the last round's tiles into that many pieces in `workspace`, else none.
+Result run_forward(AttnProblem& p, int pieces, void* workspace, std::size_t workspace_bytes, cudaStream_t stream) {
   if (Result r = check_hopper_device(); !r.ok()) return r;
   if (p.empty()) return {};
   if (p.seqlen_k == 0) {  // every row sees no key: out = 0, lse = -inf
     cudaError_t e = reference::fill_no_keys(p, stream);
     return e == cudaSuccess ? Result{} : cuda_error("fill_no_keys", e);
   }
-  if (workspace != nullptr) {
-    const heuristics::TailSplitPlan plan = heuristics::tail_split_plan(p, split_planning_sm_count());
-    if (plan.pieces > 1) {
-      p.tail_split_pieces = plan.pieces;
-      p.tail_split_workspace = workspace;
-      p.tail_split_workspace_bytes = workspace_bytes;
-    }
+  if (pieces > 1) {
+    p.tail_split_pieces = pieces;
+    p.tail_split_workspace = workspace;
+    p.tail_split_workspace_bytes = workspace_bytes;
   }
   const FwdKernelEntry* kernel = find_forward_kernel(p.dtype, static_cast<int>(p.head_dim));
   cudaError_t e = kernel->launch(p, stream);
@@ -105,7 +102,7 @@ Result run_forward(AttnProblem& p, void* workspace, std::size_t workspace_bytes,
 Result forward(const ForwardArgs& args, cudaStream_t stream) {
   AttnProblem p;
   if (Result r = validate_forward(args, Backend::kSm90, &p); !r.ok()) return r;
-  return run_forward(p, nullptr, 0, stream);
+  return run_forward(p, 1, nullptr, 0, stream);
 }
 
 Result forward(const ForwardArgs& args, void* workspace, std::size_t workspace_bytes, cudaStream_t stream) {
@@ -113,10 +110,11 @@ Result forward(const ForwardArgs& args, void* workspace, std::size_t workspace_b
   if (Result r = validate_forward(args, Backend::kSm90, &p); !r.ok()) return r;
   // Checked before the device, like the arguments, so that a CPU-only test sees the same message
   // (the size then follows a 132-SM device).
-  const std::size_t needed = heuristics::tail_split_plan(p, split_planning_sm_count()).workspace_bytes;
-  if (Result r = detail::check_workspace(workspace, workspace_bytes, needed, "forward_workspace_size"); !r.ok())
+  const heuristics::TailSplitPlan plan = heuristics::tail_split_plan(p, split_planning_sm_count());
+  if (Result r = detail::check_workspace(workspace, workspace_bytes, plan.workspace_bytes, "forward_workspace_size");
+      !r.ok())
     return r;
-  return run_forward(p, needed > 0 ? workspace : nullptr, workspace_bytes, stream);
+  return run_forward(p, plan.pieces, workspace, workspace_bytes, stream);
 }
 
 Result forward_reference_cuda(const ForwardArgs& args, cudaStream_t stream) {
