@@ -12,8 +12,13 @@ namespace {
 // The model, in key blocks: a whole tile costs its key_blocks plus kTileOverhead (Q load, pipeline
 // fill, epilogue), a piece its share of the blocks plus the same overhead and kMergeOverhead (its
 // slot store, the count, and for one of them the merge). The last round then lasts
-// ceil(split_tiles * k / num_sms) pieces. Not measured yet (docs/perf-notes.md, "Forward tail split").
-constexpr double kTileOverhead = 1.0, kMergeOverhead = 0.5;
+// ceil(split_tiles * k / num_sms) pieces. kMergeOverhead is fitted to the H200 A/B of session 40
+// (docs/perf-notes.md, "v4 measured"): on the paper grid 3 pieces won 2.6-3% at d128 8k and d64 4k
+// and 1% at d128 16k, but lost 1-2% at d128 2k and 4k (13 and 26 key blocks), where 0.5 had
+// predicted gains; 5 blocks is the smallest overhead that turns those two off and keeps the winners.
+// It stands for a fixed cost (the slot stores and the k-slot merge at the end of the round) in
+// units of key blocks, so at d64, whose blocks are half as long, it is an underestimate.
+constexpr double kTileOverhead = 1.0, kMergeOverhead = 5.0;
 // A split must shorten the last round by 2% of a whole tile's time at least, and its pieces stay
 // within two rounds of the grid (the workspace grows with them).
 constexpr double kMinGain = 0.02;

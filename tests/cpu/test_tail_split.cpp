@@ -22,17 +22,22 @@ namespace {
 using heuristics::tail_split_pieces;
 
 TEST(TailSplitPieces, TheModelCutsOnlyPartialLastRounds) {
-  // d128 4k on the paper grid: 2048 tiles = 15 rounds of 132 + 68, 26 key blocks of 160. Three
-  // pieces: 204 on 132 SMs, the last round 2 x (9 + 1.5) = 21 blocks against 27 (docs/perf-notes.md).
-  EXPECT_EQ(tail_split_pieces(2048, 132, 26, -1), 3);
+  // d128 8k on the paper grid: 2048 tiles = 15 rounds of 132 + 68, 47 key blocks of 176. Three
+  // pieces: 204 on 132 SMs, the last round 2 x (16 + 6) = 44 blocks against 48 (docs/perf-notes.md).
+  EXPECT_EQ(tail_split_pieces(2048, 132, 47, -1), 3);
+  // d128 4k (26 blocks of 160) and 2k (13): 2 x (9 + 6) = 30 against 27; measured 1-2% slower split.
+  EXPECT_EQ(tail_split_pieces(2048, 132, 26, -1), 1);
+  EXPECT_EQ(tail_split_pieces(2048, 132, 13, -1), 1);
   // d64 4k: 2816 tiles = 21 rounds + 44; 3 x 44 = 132 pieces fill one round exactly.
   EXPECT_EQ(tail_split_pieces(2816, 132, 32, -1), 3);
   // d256: 1024 tiles = 7 rounds + 100. Two pieces put 200 on 132 SMs: a whole tile for 68 of them.
   EXPECT_EQ(tail_split_pieces(1024, 132, 52, -1), 1);
   // Whole rounds: nothing to fill.
   EXPECT_EQ(tail_split_pieces(132 * 20, 132, 64, -1), 1);
-  // Fewer tiles than SMs: split-KV for the prefill. 64 tiles of 8 blocks: 2 pieces (128 CTAs).
-  EXPECT_EQ(tail_split_pieces(64, 132, 8, -1), 2);
+  // Fewer tiles than SMs: split-KV for the prefill. 64 tiles of 32 blocks: 2 pieces (128 CTAs).
+  EXPECT_EQ(tail_split_pieces(64, 132, 32, -1), 2);
+  // d64 1k: 3072 tiles = 23 rounds + 36 of 8 blocks; a piece's overhead eats the gain (measured flat).
+  EXPECT_EQ(tail_split_pieces(3072, 132, 8, -1), 1);
   // 8 tiles of 32 blocks: 8 pieces (64 CTAs of 4 blocks each), the most.
   EXPECT_EQ(tail_split_pieces(8, 132, 32, -1), heuristics::kMaxTailPieces);
   // Short keys: 2048 tiles of 4 blocks (d128 at 512 keys). Pieces of 2 blocks and their overheads
@@ -117,7 +122,7 @@ TEST(TailSplitWork, TheRoundRobinCoversEveryTileAndKeyBlockOnce) {
 }
 
 TEST(TailSplitWork, TheModelsChoiceShortensTheBusiestCta) {
-  const int cases[][3] = {{2048, 132, 26}, {2816, 132, 32}, {3072, 132, 8}, {64, 132, 8}, {8, 132, 32}, {2048, 132, 94}};
+  const int cases[][3] = {{2048, 132, 47}, {2816, 132, 32}, {2816, 132, 16}, {64, 132, 32}, {8, 132, 32}, {2048, 132, 94}};
   for (const auto& c : cases) {
     const int k = tail_split_pieces(c[0], c[1], c[2], -1);
     ASSERT_GT(k, 1) << c[0] << " tiles";
@@ -129,8 +134,8 @@ TEST(TailSplitWork, TheModelsChoiceShortensTheBusiestCta) {
 // A problem the split applies to: bf16, unmasked, fixed-length.
 AttnProblem split_problem(int64_t head_dim) {
   AttnProblem p;
-  p.batch = 4;
-  p.seqlen_q = p.seqlen_k = 4096;
+  p.batch = 2;
+  p.seqlen_q = p.seqlen_k = 8192;
   p.heads_q = p.heads_kv = 16;
   p.head_dim = head_dim;
   p.dtype = DType::kBF16;
@@ -138,7 +143,7 @@ AttnProblem split_problem(int64_t head_dim) {
 }
 
 TEST(TailSplitPlan, AppliesToUnmaskedFixedLengthSixteenBitOnly) {
-  // d128: 4 x 16 x 32 = 2048 tiles of 128 rows, 4096 keys in tiles of 160.
+  // d128: 2 x 16 x 64 = 2048 tiles of 128 rows, 8192 keys in tiles of 176.
   const heuristics::TailSplitPlan plan = heuristics::tail_split_plan(split_problem(128), 132);
   EXPECT_EQ(plan.tiles, 2048);
   EXPECT_EQ(plan.block_m, 128);
@@ -188,7 +193,7 @@ TEST(TailSplitPlan, AppliesToUnmaskedFixedLengthSixteenBitOnly) {
   p.seqlen_k = 0;
   unsplit("no keys", p);
   p = split_problem(128);
-  p.batch = 33;  // 33 x 16 x 32 = 16896 tiles = 128 rounds of 132
+  p.batch = 33;  // 33 x 16 x 64 = 33792 tiles = 256 rounds of 132
   unsplit("whole rounds", p);
 }
 
