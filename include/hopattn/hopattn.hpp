@@ -82,8 +82,17 @@ struct Result {
 // Hopper forward pass on device memory, enqueued on `stream`. Returns at once (asynchronous).
 Result forward(const ForwardArgs& args, cudaStream_t stream = nullptr);
 
-// Bytes of scratch the forward pass needs (0 today); reserved so callers can plan for split-KV.
+// The same call with a workspace: forward_workspace_size(args) bytes of device memory (0 means no
+// workspace is needed, or invalid args), 256-byte aligned, with any content (the call zeroes what
+// it uses, on `stream`), not shared with a call running concurrently on another stream. With it,
+// an unmasked fixed-length call whose query tiles do not fill the persistent grid's last round
+// evenly cuts that round's tiles along their keys into pieces that fill the idle SMs, and merges
+// them (docs/design-tail-split.md); problems of fewer tiles than SMs split all their tiles. The
+// output differs from the call without a workspace by rounding only, and is bitwise the same from
+// run to run. The size follows the current device's SM count. The Python package
+// (hopattn.attention) passes one.
 std::size_t forward_workspace_size(const ForwardArgs& args);
+Result forward(const ForwardArgs& args, void* workspace, std::size_t workspace_bytes, cudaStream_t stream = nullptr);
 
 // The CPU reference: the same contract on host memory, double accumulation, any shape and dtype.
 Result forward_cpu(const ForwardArgs& args);

@@ -11,7 +11,7 @@
 extern "C" {
 #endif
 
-#define HOPATTN_ABI_VERSION 10
+#define HOPATTN_ABI_VERSION 11
 
 enum hopattn_status {
   HOPATTN_SUCCESS = 0,
@@ -113,7 +113,12 @@ const char* hopattn_build_instantiations(void);
 int hopattn_forward(const hopattn_fwd_args* args, void* stream);
 int hopattn_forward_reference_cuda(const hopattn_fwd_args* args, void* stream);
 int hopattn_forward_cpu(const hopattn_fwd_args* args);
+/* The forward with a workspace (hopattn.hpp: forward's workspace form): device memory of
+ * hopattn_forward_workspace_size(args) bytes (0: no workspace needed, or invalid args), 256-byte
+ * aligned, any content; it holds the tail split's partial results. */
 size_t hopattn_forward_workspace_size(const hopattn_fwd_args* args);
+int hopattn_forward_with_workspace(const hopattn_fwd_args* args, void* workspace, size_t workspace_bytes,
+                                   void* stream);
 int hopattn_check_device(void);
 
 /* Variable-length forward: stream as above (device memory), or the CPU reference (host memory). */

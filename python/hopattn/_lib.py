@@ -10,7 +10,8 @@ from pathlib import Path
 # instead of misreading structs. 7: hopattn_kvcache_args gained the sliding window. 9: the FP8
 # varlen structs and entry points (hopattn_fp8_varlen_attention_args, hopattn_fp8_varlen_fwd_args).
 # 10: hopattn_forward_varlen_with_workspace and its size query (the dynamic tile order's counter).
-ABI_VERSION = 10
+# 11: hopattn_forward_with_workspace (the forward's tail split).
+ABI_VERSION = 11
 
 # enum hopattn_dtype
 DTYPE_BF16 = 0
@@ -341,6 +342,7 @@ def _declare(lib):
         "hopattn_forward_reference_cuda": ([args_p, ctypes.c_void_p], ctypes.c_int),
         "hopattn_forward_cpu": ([args_p], ctypes.c_int),
         "hopattn_forward_workspace_size": ([args_p], ctypes.c_size_t),
+        "hopattn_forward_with_workspace": ([args_p, *workspace_call], ctypes.c_int),
         "hopattn_check_device": ([], ctypes.c_int),
         "hopattn_forward_varlen": ([varlen_p, ctypes.c_void_p], ctypes.c_int),
         "hopattn_forward_varlen_cpu": ([varlen_p], ctypes.c_int),

@@ -379,6 +379,25 @@ def _fwd_args(st, q, k, v, out, lse, qs, ks, vs, qc, kc, vc, causal, softmax_sca
     )
 
 
+_WORKSPACE_ALIGNMENT = 256  # every workspace of the library
+
+
+def _workspace(q, nbytes, uint8):
+    """(tensor, pointer) of nbytes uninitialised bytes on q's device, or (None, None) for 0 (uint8:
+    torch.uint8). The library initialises what it uses on the stream; the caller keeps the tensor
+    referenced until the call is enqueued, and torch's allocator orders any reuse of the memory
+    after it on the stream. Every workspace of the library (forward, varlen, backward) comes here."""
+    if not nbytes:
+        return None, None
+    workspace = q.new_empty((nbytes,), dtype=uint8)
+    ptr = workspace.data_ptr()
+    if ptr % _WORKSPACE_ALIGNMENT:
+        raise _lib.HopattnError(
+            f"workspace: torch allocated {nbytes} bytes at {ptr:#x}, which is not {_WORKSPACE_ALIGNMENT}-byte aligned"
+        )
+    return workspace, ptr
+
+
 def _direct_forward(st, c_name, what, q, k, v, causal, softmax_scale, with_lse, window=NO_WINDOW, softcap=0.0):
     """Run the forward kernel `c_name` of the library ('hopattn_forward' or
     'hopattn_forward_reference_cuda') on q's device and its current stream. q is a torch.Tensor.
@@ -397,14 +416,26 @@ def _direct_forward(st, c_name, what, q, k, v, causal, softmax_scale, with_lse, 
     out = st.empty_like(q, memory_format=st.contiguous_format)
     lse = q.new_empty((b, hq, sq), dtype=st.float32) if with_lse else None
     args = _fwd_args(st, q, k, v, out, lse, qs, ks, vs, qc, kc, vc, causal, softmax_scale, window, softcap)
-    fn = getattr(st.lib or st.load(), c_name)
-    if st.current_device() == dev:
-        status = fn(args, st.raw_stream(dev))  # ctypes passes the struct by reference
-    else:  # what `with torch.cuda.device(q.device)` does, without its Python layers
+    lib = st.lib or st.load()
+    # The kernel's tail split (hopattn.hpp, forward's workspace form) applies to unmasked problems
+    # without softcap, at head_dim 64 and 128, with two key tiles or more (tiles of 128 keys or
+    # more): the others skip the size query and its host time (the library decides the rest).
+    split = (c_name == "hopattn_forward" and not causal and window == NO_WINDOW and not softcap
+             and ks[1] > 128 and qs[3] in (64, 128))
+    fn = getattr(lib, c_name)
+    prev = None
+    if st.current_device() != dev:  # what `with torch.cuda.device(q.device)` does, without its Python layers
         prev = st.exchange_device(dev)
-        try:
-            status = fn(args, st.raw_stream(dev))
-        finally:
+    try:
+        nbytes = lib.hopattn_forward_workspace_size(args) if split else 0  # follows the device's SM count
+        if nbytes:
+            workspace, ptr = _workspace(q, nbytes, st.uint8)
+            status = lib.hopattn_forward_with_workspace(args, ptr, nbytes, st.raw_stream(dev))
+            del workspace
+        else:
+            status = fn(args, st.raw_stream(dev))  # ctypes passes the struct by reference
+    finally:
+        if prev is not None:
             st.restore_device(prev)
     if status:
         _lib.check(status, what)
@@ -478,7 +509,6 @@ def _bwd_args(st, q, k, v, out, dout, lse, dq, dk, dv, codes, causal, softmax_sc
     )
 
 
-_BWD_WORKSPACE_ALIGNMENT = 256
 
 
 def _direct_backward(st, q, k, v, out, dout, lse, causal, softmax_scale, deterministic, window=NO_WINDOW, softcap=0.0):
@@ -497,17 +527,7 @@ def _direct_backward(st, q, k, v, out, dout, lse, causal, softmax_scale, determi
         prev = st.exchange_device(dev)
     try:
         nbytes = lib.hopattn_backward_workspace_size(args)
-        workspace = None  # kept referenced until the call is enqueued; the allocator orders reuse by stream
-        workspace_ptr = None
-        if nbytes:
-            # Uninitialised is fine (the library initialises what it needs on the stream).
-            workspace = q.new_empty((nbytes,), dtype=st.uint8)
-            workspace_ptr = workspace.data_ptr()
-            if workspace_ptr % _BWD_WORKSPACE_ALIGNMENT:
-                raise _lib.HopattnError(
-                    f"workspace: torch allocated {nbytes} bytes at {workspace_ptr:#x}, which is not "
-                    f"{_BWD_WORKSPACE_ALIGNMENT}-byte aligned"
-                )
+        workspace, workspace_ptr = _workspace(q, nbytes, st.uint8)
         status = lib.hopattn_backward(args, workspace_ptr, nbytes, st.raw_stream(dev))
         del workspace
     finally:

@@ -32,10 +32,10 @@ from .ops import (
     _torch_module_of,
     _torch_ops_module,
     _torch_tensor,
+    _workspace,
 )
 
 VARLEN_LAYOUT = "(total_tokens, heads, head_dim)"
-_WORKSPACE_ALIGNMENT = 256
 
 
 def _check_index(name, t, is_int32, is_contiguous):
@@ -127,21 +127,6 @@ def _plain_eager(st, tensors):
     )
 
 
-def _device_workspace(torch, q, nbytes):
-    """(tensor, pointer) of nbytes uninitialised bytes on q's device, or (None, None) for 0. The
-    library initialises what it uses on the stream; the caller keeps the tensor referenced until the
-    call is enqueued, and torch's allocator orders any reuse of the memory after it on the stream."""
-    if not nbytes:
-        return None, None
-    workspace = q.new_empty((nbytes,), dtype=torch.uint8)
-    ptr = workspace.data_ptr()
-    if ptr % _WORKSPACE_ALIGNMENT:
-        raise _lib.HopattnError(
-            f"workspace: torch allocated {nbytes} bytes at {ptr:#x}, which is not {_WORKSPACE_ALIGNMENT}-byte aligned"
-        )
-    return workspace, ptr
-
-
 def _launch(torch, q, k, v, index, max_seqlen_q, max_seqlen_k, causal, softmax_scale, check_index_values, with_lse,
             window, softcap=0.0):
     """out (total_q, heads_q, head_dim), contiguous in q's dtype, and with with_lse lse (heads_q,
@@ -163,7 +148,7 @@ def _launch(torch, q, k, v, index, max_seqlen_q, max_seqlen_k, causal, softmax_s
             # 0 for invalid arguments: the call then names what is wrong. Otherwise the tile counter
             # of the dynamic tile order (hopattn.hpp, forward_varlen's workspace form).
             nbytes = lib.hopattn_forward_varlen_workspace_size(ctypes.byref(args))
-            workspace, workspace_ptr = _device_workspace(torch, q, nbytes)
+            workspace, workspace_ptr = _workspace(q, nbytes, torch.uint8)
             status = lib.hopattn_forward_varlen_with_workspace(ctypes.byref(args), workspace_ptr, nbytes,
                                                                st.raw_stream(dev))
             del workspace
@@ -226,7 +211,7 @@ def _launch_backward(torch, q, k, v, out, dout, lse, index, max_seqlen_q, max_se
     prev = st.exchange_device(dev)  # a no-op when q is on the current device; the size may depend on it
     try:
         nbytes = lib.hopattn_backward_varlen_workspace_size(ctypes.byref(args))
-        workspace, workspace_ptr = _device_workspace(torch, q, nbytes)
+        workspace, workspace_ptr = _workspace(q, nbytes, torch.uint8)
         status = lib.hopattn_backward_varlen(ctypes.byref(args), workspace_ptr, nbytes, st.raw_stream(dev))
         del workspace
     finally:

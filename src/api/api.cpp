@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "api/device.hpp"
+#include "api/fwd_tail_split.hpp"
 #include "api/index_checks.hpp"
 #include "api/instantiations.hpp"
 #include "api/messages.hpp"
@@ -65,22 +66,55 @@ TensorRef make_tensor(void* data, DType dtype, int64_t d0, int64_t d1, int64_t d
 const char* version() { return HOPATTN_VERSION_STRING; }
 const char* build_instantiations() { return build_instantiation_list(); }
 
-std::size_t forward_workspace_size(const ForwardArgs&) { return 0; }
+// The tail split's workspace (api/fwd_tail_split.hpp): 0 for a problem that does not split, or for
+// invalid args.
+std::size_t forward_workspace_size(const ForwardArgs& args) {
+  AttnProblem p;
+  if (!validate_forward(args, Backend::kSm90, &p).ok()) return 0;
+  return heuristics::tail_split_plan(p, split_planning_sm_count()).workspace_bytes;
+}
 
 Result check_device() { return check_hopper_device(); }
 
-Result forward(const ForwardArgs& args, cudaStream_t stream) {
-  AttnProblem p;
-  if (Result r = validate_forward(args, Backend::kSm90, &p); !r.ok()) return r;
+namespace {
+
+// forward after validation; `pieces` > 1 (forward's workspace form, its plan for the current device)
+// splits the last round's tiles into that many pieces in `workspace`, else none.
+Result run_forward(AttnProblem& p, int pieces, void* workspace, std::size_t workspace_bytes, cudaStream_t stream) {
   if (Result r = check_hopper_device(); !r.ok()) return r;
   if (p.empty()) return {};
   if (p.seqlen_k == 0) {  // every row sees no key: out = 0, lse = -inf
     cudaError_t e = reference::fill_no_keys(p, stream);
     return e == cudaSuccess ? Result{} : cuda_error("fill_no_keys", e);
   }
+  if (pieces > 1) {
+    p.tail_split_pieces = pieces;
+    p.tail_split_workspace = workspace;
+    p.tail_split_workspace_bytes = workspace_bytes;
+  }
   const FwdKernelEntry* kernel = find_forward_kernel(p.dtype, static_cast<int>(p.head_dim));
   cudaError_t e = kernel->launch(p, stream);
   return e == cudaSuccess ? Result{} : cuda_error("sm90 forward launch", e);
+}
+
+}  // namespace
+
+Result forward(const ForwardArgs& args, cudaStream_t stream) {
+  AttnProblem p;
+  if (Result r = validate_forward(args, Backend::kSm90, &p); !r.ok()) return r;
+  return run_forward(p, 1, nullptr, 0, stream);
+}
+
+Result forward(const ForwardArgs& args, void* workspace, std::size_t workspace_bytes, cudaStream_t stream) {
+  AttnProblem p;
+  if (Result r = validate_forward(args, Backend::kSm90, &p); !r.ok()) return r;
+  // Checked before the device, like the arguments, so that a CPU-only test sees the same message
+  // (the size then follows a 132-SM device).
+  const heuristics::TailSplitPlan plan = heuristics::tail_split_plan(p, split_planning_sm_count());
+  if (Result r = detail::check_workspace(workspace, workspace_bytes, plan.workspace_bytes, "forward_workspace_size");
+      !r.ok())
+    return r;
+  return run_forward(p, plan.pieces, workspace, workspace_bytes, stream);
 }
 
 Result forward_reference_cuda(const ForwardArgs& args, cudaStream_t stream) {

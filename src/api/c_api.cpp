@@ -213,6 +213,13 @@ size_t hopattn_forward_workspace_size(const hopattn_fwd_args* args) {
   return hopattn::forward_workspace_size(a);
 }
 
+int hopattn_forward_with_workspace(const hopattn_fwd_args* args, void* workspace, size_t workspace_bytes,
+                                   void* stream) {
+  hopattn::ForwardArgs a;
+  if (int rc = to_args(args, &a); rc != HOPATTN_SUCCESS) return rc;
+  return finish(hopattn::forward(a, workspace, workspace_bytes, static_cast<cudaStream_t>(stream)));
+}
+
 int hopattn_check_device(void) { return finish(hopattn::check_device()); }
 
 int hopattn_forward_varlen(const hopattn_varlen_fwd_args* args, void* stream) {

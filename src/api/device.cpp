@@ -6,6 +6,7 @@
 #include <string>
 
 #include "api/device.hpp"
+#include "sm90/launch_util.hpp"
 
 namespace hopattn {
 
@@ -50,6 +51,15 @@ Result check_hopper_device() {
                   "device " + std::to_string(dev) + " has compute capability " + std::to_string(cc / 10) + "." +
                       std::to_string(cc % 10) + "; hopattn's kernels need a Hopper GPU (sm_90)"};
   return {};
+}
+
+int split_planning_sm_count() {
+  int sms = 0;
+  if (sm90::current_device_sm_count(&sms) != cudaSuccess || sms <= 0) {
+    cudaGetLastError();
+    return 132;
+  }
+  return sms;
 }
 
 }  // namespace hopattn

@@ -49,17 +49,6 @@ Result check_index_values_on_device(const KvCacheProblem& p, cudaStream_t stream
   return check_kvcache_index_values(p, seqlens.data(), pages.data(), p.max_pages);
 }
 
-// SMs of the current device for the split heuristic (132 on an H100/H200 SXM when none is found,
-// which only matters for a workspace size asked without a device).
-int current_sm_count() {
-  int sms = 0;
-  if (sm90::current_device_sm_count(&sms) != cudaSuccess || sms <= 0) {
-    cudaGetLastError();
-    return 132;
-  }
-  return sms;
-}
-
 using DecodeLauncher = cudaError_t (*)(const dec::DecodeParams&, int64_t, cudaStream_t);
 
 DecodeLauncher find_decode_launcher(DType dtype, int64_t head_dim) {
@@ -149,7 +138,7 @@ Result run_forward_route(const KvCacheProblem& p, void* workspace, cudaStream_t 
 }
 
 std::size_t workspace_bytes_for(const KvCacheProblem& p) {
-  return kv_kernel(p) == KvKernel::kForward ? key_counts_bytes(p) : dec::plan_decode(p, current_sm_count()).workspace;
+  return kv_kernel(p) == KvKernel::kForward ? key_counts_bytes(p) : dec::plan_decode(p, split_planning_sm_count()).workspace;
 }
 
 Result check_workspace(void* workspace, std::size_t workspace_bytes, std::size_t need) {
@@ -183,7 +172,7 @@ Result attention_with_kvcache(const KvCacheArgs& args, void* workspace, std::siz
   const bool forward = kv_kernel(p) == KvKernel::kForward;
   dec::DecodePlan plan{};
   if (!forward) {
-    plan = dec::plan_decode(p, current_sm_count());
+    plan = dec::plan_decode(p, split_planning_sm_count());
     if (Result r = check_plan(p, plan); !r.ok()) return r;
   }
   if (Result r = check_workspace(workspace, workspace_bytes, forward ? key_counts_bytes(p) : plan.workspace); !r.ok())

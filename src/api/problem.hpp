@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 
@@ -52,6 +53,12 @@ struct AttnProblem {
   // A packed batch's tile counter (forward_varlen's workspace), or null: the launcher zeroes it on
   // the stream and the kernels that deal their tiles dynamically draw from it; others ignore it.
   int* tile_counter = nullptr;
+  // The fixed-length forward's tail split (api/fwd_tail_split.hpp), set by forward's workspace form:
+  // pieces > 1 with a workspace of the plan's bytes. The launcher re-derives the split tiles from
+  // its own tile count and grid, and refuses a workspace smaller than that layout needs.
+  int tail_split_pieces = 1;
+  void* tail_split_workspace = nullptr;
+  std::size_t tail_split_workspace_bytes = 0;
 
   // A paged K/V cache (set only by the KV-cache call's forward route, with seqused_k): k and v are
   // (num_pages, page_size, heads_kv, head_dim) with k_stride/v_stride (page, row in page, head),

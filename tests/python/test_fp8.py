@@ -166,7 +166,7 @@ def test_struct_layout_matches_the_c_compiler(tmp_path):
 
 def test_abi_version_and_codes_match_the_header():
     text = HEADER.read_text()
-    assert int(re.search(r"#define HOPATTN_ABI_VERSION (\d+)", text).group(1)) == _lib.ABI_VERSION == 10
+    assert int(re.search(r"#define HOPATTN_ABI_VERSION (\d+)", text).group(1)) == _lib.ABI_VERSION == 11
     enum = re.search(r"enum hopattn_dtype \{(.*?)\}", text, re.DOTALL).group(1)
     codes = {name: int(value) for name, value in re.findall(r"HOPATTN_(\w+) = (\d+)", enum)}
     assert codes == {"BF16": _lib.DTYPE_BF16, "FP16": _lib.DTYPE_FP16, "FP32": _lib.DTYPE_FP32,

@@ -17,8 +17,29 @@
 #include "sm90/fp8/tile_counter.hpp"
 #include "sm90/launch_util.hpp"
 #include "sm90/ws/kernel.cuh"
+#include "sm90/ws/tail_split.hpp"
 
 namespace hopattn::sm90::ws {
+
+// The tail split of a call planned with pr.tail_split_pieces pieces (api/fwd_tail_split.hpp): the
+// split tiles are the last round's, re-derived here from the kernel's own tile count; a workspace
+// smaller than their layout is refused rather than overrun. The counters are zeroed on the stream.
+template <class Cfg>
+cudaError_t set_tail_split(const AttnProblem& pr, int num_sms, cudaStream_t stream, TileOrder<false>* order) {
+  const int tiles = order->num_tiles(), rest = tiles % num_sms;
+  if (rest == 0) return cudaSuccess;
+  const std::size_t counter_bytes = tail_split_counter_bytes(rest, Cfg::kBlockM);
+  // Every piece needs a key block: an empty one would store its tile as unseen (zeros).
+  const int64_t key_blocks = (pr.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN;
+  if (pr.tail_split_pieces > key_blocks || pr.tail_split_workspace == nullptr ||
+      pr.tail_split_workspace_bytes <
+          tail_split_workspace_bytes(rest, pr.tail_split_pieces, Cfg::kBlockM, Cfg::kHeadDim))
+    return cudaErrorInvalidValue;
+  auto* base = static_cast<unsigned char*>(pr.tail_split_workspace);
+  order->split = TailSplit{tiles - rest, rest, pr.tail_split_pieces, reinterpret_cast<int*>(base),
+                           reinterpret_cast<float*>(base + counter_bytes)};
+  return cudaMemsetAsync(base, 0, counter_bytes, stream);
+}
 
 // Launches the kernel of one configuration Cfg (FwdWsConfig or Fp8FwdConfig) on a validated
 // problem (AttnProblem, or Fp8AttnProblem whose .base it describes).
@@ -72,6 +93,11 @@ cudaError_t launch_ws_config(const Problem& prob, const AttnProblem& pr, cudaStr
   if constexpr (Cfg::kPersistent) {
     int num_sms = 0;
     if (cudaError_t e = current_device_sm_count(&num_sms); e != cudaSuccess) return e;
+    if constexpr (Cfg::kTailSplit) {
+      if (pr.tail_split_pieces > 1) {
+        if (cudaError_t e = set_tail_split<Cfg>(pr, num_sms, stream, &params.order); e != cudaSuccess) return e;
+      }
+    }
     grid = K::Scheduler::grid_size(params.order, num_sms);
   }
 

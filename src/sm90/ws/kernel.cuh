@@ -17,6 +17,7 @@
 #include "sm90/ws/epilogue.cuh"
 #include "sm90/ws/mainloop.cuh"
 #include "sm90/ws/named_barriers.hpp"
+#include "sm90/ws/tail_split.cuh"
 #include "sm90/ws/tile_scheduler.hpp"
 #include "sm90/ws/warp_uniform.cuh"
 
@@ -36,7 +37,7 @@ struct FwdWsKernel {
       Cfg::kVarlen && Cfg::kBlockM != 128 && !Cfg::kLocal && (Cfg::kFp8 || Cfg::kCausalMask);
   using Scheduler =
       std::conditional_t<Cfg::kVarlen, VarlenTileScheduler<Cfg::kCausalMask, Cfg::kBlockM, kDynamicOrder>,
-                         StaticTileScheduler<Cfg::kCausalMask, Cfg::kPersistent, Cfg::kSnake>>;
+                         StaticTileScheduler<Cfg::kCausalMask, Cfg::kPersistent, Cfg::kSnake, Cfg::kTailSplit>>;
   using SharedStorage = typename Mainloop::SharedStorage;
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
   static_assert(kSmemBytes <= 227 * 1024, "tile does not fit in shared memory");
@@ -116,6 +117,14 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
       const typename Mainloop::Mask mask = Mainloop::make_mask(mp, si);
       typename Mainloop::KeyBlocks kb = Mainloop::keyed_blocks(mask, si, t.m_block);
       if constexpr (Cfg::kVarlen) kb = {warp_uniform(kb.begin), warp_uniform(kb.end)};
+      if constexpr (Cfg::kTailSplit) {
+        // redux.sync: the piece's bounds come out of integer divisions, which ptxas keeps in vector
+        // registers and then treats the key loop as divergent (BSSY/WARPSYNC in it at N = 160).
+        if (t.piece >= 0) {
+          kb = piece_key_blocks(params.order.split, kb, t.piece);
+          kb = {warp_uniform(kb.begin), warp_uniform(kb.end)};
+        }
+      }
       const int n_end = kb.end, n_begin = kb.begin;
       const typename Mainloop::Loader loader{mp, ss, t.head, si};
       if (n_end > n_begin) {
@@ -180,6 +189,14 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
       const typename Mainloop::Mask mask = Mainloop::make_mask(mp, si);
       typename Mainloop::KeyBlocks kb = Mainloop::keyed_blocks(mask, si, t.m_block);
       if constexpr (Cfg::kVarlen) kb = {warp_uniform(kb.begin), warp_uniform(kb.end)};
+      if constexpr (Cfg::kTailSplit) {
+        // redux.sync: the piece's bounds come out of integer divisions, which ptxas keeps in vector
+        // registers and then treats the key loop as divergent (BSSY/WARPSYNC in it at N = 160).
+        if (t.piece >= 0) {
+          kb = piece_key_blocks(params.order.split, kb, t.piece);
+          kb = {warp_uniform(kb.begin), warp_uniform(kb.end)};
+        }
+      }
       if (kb.end <= kb.begin) {
         // No visible key: O = 0 and lse = -inf, written without shared memory (see the producer).
         K::Epilogue::store_empty(params.epilogue, thread_idx, t.m_block, t.head, si);
@@ -197,7 +214,14 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
       auto o_rc = acc_rowcol(tOrO);
       softmax.finalize(o_rc, mp.scale, lse);
       Mainloop::finish_o(mp, ss, o_rc, thread_idx);
-      K::Epilogue::store(params.epilogue, ss, thread_idx, t.m_block, t.head, si, tOrO, lse);
+      // A piece of a split tile: only the warpgroup that merges the pieces stores (tail_split.cuh).
+      bool store_o = true;
+      if constexpr (Cfg::kTailSplit) {
+        if (t.piece >= 0)
+          store_o = merge_tail_pieces<Cfg::kNumMmaThreads>(params.order.split, t.split_tile, t.piece, thread_idx,
+                                                           barrier_id(FwdBarrier::kEpilogueWG0, wg), o_rc, lse);
+      }
+      if (store_o) K::Epilogue::store(params.epilogue, ss, thread_idx, t.m_block, t.head, si, tOrO, lse);
       if constexpr (!Cfg::kSeparateO) {
         // The Q/O buffer is free (the O store has read it): the producer may load the next Q.
         cutlass::arch::NamedBarrier::arrive(Cfg::kNumMmaThreads + 32, barrier_id(FwdBarrier::kQueryEmpty));

@@ -1,4 +1,4 @@
-// The 16-bit forward kernel's default key tile per (head dim, mask), in a header without CUDA so that
+// The 16-bit forward kernel's default key and query tiles per (head dim, mask), in a header without CUDA so that
 // host code (the KV-cache route's page-size rule, its CPU tests) reads the same numbers the kernel
 // configuration (FwdWsConfig, tile_shape.hpp) is built from.
 #pragma once
@@ -12,5 +12,8 @@ namespace hopattn::sm90::ws {
 constexpr int default_key_tile(int head_dim, bool masked) {
   return head_dim == 64 ? 128 : head_dim == 128 ? (masked ? 128 : 176) : 80;
 }
+
+// Query rows per CTA (FwdWsConfig::kBlockM): 64 per consumer warpgroup, three warpgroups at d64.
+constexpr int default_query_tile(int head_dim) { return head_dim == 64 ? 192 : 128; }
 
 }  // namespace hopattn::sm90::ws

@@ -10,6 +10,7 @@
 #include <cute/config.hpp>
 #include <cutlass/arch/barrier.h>
 
+#include "sm90/ws/tail_split.hpp"
 #include "sm90/ws/varlen_tile_order.hpp"
 #include "sm90/ws/warp_uniform.cuh"
 
@@ -17,6 +18,9 @@ namespace hopattn::sm90::ws {
 
 struct WorkTile {
   int m_block, head, batch;
+  // Tail split (tail_split.hpp): the piece of a split tile (-1: the whole tile) and the split
+  // tile's number, which names its counters and slots. Only the kTailSplit kernels set them.
+  int piece = -1, split_tile = 0;
 };
 
 // Linear order of tiles. Non-causal: every tile costs the same, so m_block runs fastest and the
@@ -48,6 +52,9 @@ struct TileOrder {
   // Varlen, not folded: a zeroed int in global memory (the call's workspace) from which CTAs draw
   // their next work index (dynamic order, VarlenTileScheduler); null: the static round-robin.
   int* counter = nullptr;
+  // Fixed-length, unmasked, persistent: the last round's tiles cut into pieces (StaticTileScheduler
+  // with kTailSplit reads it; pieces == 1 otherwise).
+  TailSplit split{};
 
   __host__ __device__ int num_tiles() const { return num_m_blocks * heads * batch; }
   __host__ __device__ int units_per_head() const { return (num_m_blocks + 1) / 2; }
@@ -96,13 +103,29 @@ struct TileSlot {
 // the next round's shortest. Folded causal order: CTA b takes both halves of units b, b + G, ...
 // Every warp of a CTA computes the same sequence without communicating: first(), then next(k) for
 // the index after the CTA's k-th item (k from 0). An item's tile may be empty (m_block < 0).
-template <bool kCausal, bool kPersistent, bool kSnake = false>
+// kTailSplit (non-causal, persistent): past the whole tiles come the pieces of order.split.
+template <bool kCausal, bool kPersistent, bool kSnake = false, bool kTailSplit = false>
 struct StaticTileScheduler {
+  static_assert(!kTailSplit || (!kCausal && kPersistent), "the tail split deals equal tiles round-robin");
   TileOrder<kCausal> order;
 
   __device__ int first() const { return index_of(0); }
-  __device__ bool valid(int idx) const { return idx < order.num_indices(); }
-  __device__ WorkTile tile(int idx) const { return order.tile(idx); }
+  __device__ bool valid(int idx) const {
+    if constexpr (kTailSplit) return idx < order.split.num_indices(order.num_tiles());
+    return idx < order.num_indices();
+  }
+  __device__ WorkTile tile(int idx) const {
+    if constexpr (kTailSplit) {
+      if (idx >= order.split.first) {
+        const SplitWork w = split_piece(order.split, idx);
+        WorkTile t = order.tile(w.tile);
+        t.piece = w.piece;
+        t.split_tile = w.split_tile;
+        return t;
+      }
+    }
+    return order.tile(idx);
+  }
   // The index after the CTA's k-th item; the role and the slot are the dynamic order's (the varlen
   // scheduler's), unused here.
   template <bool kProducer = false>
@@ -110,9 +133,12 @@ struct StaticTileScheduler {
     return index_of(k + 1);
   }
 
-  // One CTA per tile, or one per SM (never more CTAs than work items: tiles, or folded units).
+  // One CTA per tile, or one per SM (never more CTAs than work items: tiles, folded units, or
+  // whole tiles and pieces).
   static int grid_size(const TileOrder<kCausal>& o, int num_sms) {
-    const int n = (kCausal && kPersistent && o.fold) ? o.num_units() : o.num_tiles();
+    const int n = (kCausal && kPersistent && o.fold) ? o.num_units()
+                  : kTailSplit                       ? o.split.num_indices(o.num_tiles())
+                                                     : o.num_tiles();
     return kPersistent ? (n < num_sms ? n : num_sms) : n;
   }
 

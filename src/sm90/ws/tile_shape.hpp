@@ -85,7 +85,7 @@ struct FwdWsConfig : WsSchedule<kFlags> {
   // Query rows per CTA. Each consumer warpgroup owns 64 rows (the WGMMA M). d64 uses three
   // consumer warpgroups (192 rows): its S/O fragments are small, so 160 registers per consumer
   // thread suffice and the third warpgroup amortises each K/V tile over more rows.
-  static constexpr int kBlockM = kHeadDim == 64 ? 192 : 128;
+  static constexpr int kBlockM = default_query_tile(kHeadDim);
   // Keys per pipeline stage: default_key_tile (key_tile.hpp) says why each. d128 non-causal
   // launches also pick 128 or 160 by seqlen_k (d128_key_tile, fwd_ws_launch.cuh).
   static constexpr int kBlockN = kBlockNOverride != 0 ? kBlockNOverride : default_key_tile(kHeadDim, kCausal);
@@ -118,6 +118,12 @@ struct FwdWsConfig : WsSchedule<kFlags> {
   // d256 kernels that were measured: held, the local d256 kernels spill 17 LDL/STL in the key loop
   // (5-7 without), and the packed (varlen) ones were not timed.
   static constexpr bool kHoldP = kHeadDim == 256 && !kVarlen_ && !kLocal_;
+  // The last round's tiles split along their keys (tail_split.hpp): fixed-length, unmasked,
+  // persistent. Only there are all tiles equal, so that the round-robin's last round is the one
+  // partial wave a static split can fill. Not d256: there the merge's code took the kernel from 32
+  // to 532 bytes of spills (its 64x256 O is 128 of the 240 registers), and the paper grid's d256
+  // calls never split (api/fwd_tail_split.cpp).
+  static constexpr bool kTailSplit = !kCausal && !kVarlen_ && WsSchedule<kFlags>::kPersistent && kHeadDim != 256;
 };
 
 // The FP8 forward: e4m3 Q, K and V^T (sm90/fp8/layout.hpp), fp32 accumulation, kOutDType output.
@@ -162,6 +168,7 @@ struct Fp8FwdConfig : WsSchedule<kFlags> {
   static constexpr bool kEarlyQ = (kFlags & kBitEarlyQ) != 0;
   // FwdWsConfig::kHoldP's overlap measured 3-18% slower here (d64 the most): off.
   static constexpr bool kHoldP = false;
+  static constexpr bool kTailSplit = false;  // FwdWsConfig's; not built for FP8
 };
 
 }  // namespace hopattn::sm90::ws
