@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "../common/test_util.hpp"
+#include "dense_forward_args.hpp"
 #include "api/instantiations.hpp"
 #include "api/problem.hpp"
 #include "hopattn/hopattn.hpp"
@@ -373,12 +374,7 @@ TEST(Sm90Repeat, EmptyAndFullTilesInterleavedAreStable) {
     q.upload(qh.data(), qh.size() * 2);
     k.upload(kh.data(), kh.size() * 2);
     v.upload(vh.data(), vh.size() * 2);
-    ForwardArgs a;
-    a.q = make_tensor(q.get(), t, b, sq, hq, d);
-    a.k = make_tensor(k.get(), t, b, sk, hkv, d);
-    a.v = make_tensor(v.get(), t, b, sk, hkv, d);
-    a.out = make_tensor(out.get(), t, b, sq, hq, d);
-    a.lse = make_tensor(lse.get(), DType::kFP32, b, hq, sq);
+    ForwardArgs a = dense_forward_args(q, k, v, out, lse, t, b, sq, sk, hq, hkv, d);
     a.causal = true;
     ForwardArgs ra = a;
     ra.out = make_tensor(out_ref.get(), t, b, sq, hq, d);

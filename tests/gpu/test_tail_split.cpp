@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "../common/test_util.hpp"
+#include "dense_forward_args.hpp"
 #include "api/fwd_tail_split.hpp"
 #include "api/instantiations.hpp"
 #include "api/problem.hpp"
@@ -59,12 +60,7 @@ void run_case(const SplitCase& c) {
   q.upload(random_elements(nq, seed, t, -3.f, 3.f));
   k.upload(random_elements(nk, seed + 1, t, -1.f, 1.f));
   v.upload(random_elements(nk, seed + 2, t, -1.f, 1.f));
-  ForwardArgs a;
-  a.q = make_tensor(q.get(), t, b, sq, hq, d);
-  a.k = make_tensor(k.get(), t, b, sk, hkv, d);
-  a.v = make_tensor(v.get(), t, b, sk, hkv, d);
-  a.out = make_tensor(out.get(), t, b, sq, hq, d);
-  a.lse = make_tensor(lse.get(), DType::kFP32, b, hq, sq);
+  ForwardArgs a = dense_forward_args(q, k, v, out, lse, t, b, sq, sk, hq, hkv, d);
 
   const ForcedPieces forced(c.pieces);
   const std::size_t bytes = forward_workspace_size(a);
