@@ -6,10 +6,12 @@
 #include <limits>
 #include <sstream>
 #include <string>
+#include <utility>
 
 #include "api/instantiations.hpp"
 #include "api/messages.hpp"
 #include "api/problem.hpp"
+#include "api/tensor_layout.hpp"
 
 namespace hopattn {
 namespace {
@@ -17,10 +19,10 @@ namespace {
 using detail::cat;
 using detail::fail;
 
-int64_t numel(const TensorRef& t) {
-  int64_t n = 1;
-  for (int i = 0; i < t.ndim; ++i) n *= t.sizes[i];
-  return n;
+bool has_elements(const TensorRef& t) {
+  for (int i = 0; i < t.ndim; ++i)
+    if (t.sizes[i] == 0) return false;
+  return true;
 }
 
 // Shape-independent checks of one q/k/v/out tensor.
@@ -38,9 +40,13 @@ Result check_tensor(const char* name, const TensorRef& t, Backend backend) {
   if (t.strides[3] != 1)
     return fail(Status::kInvalidArgument,
                 cat(name, ": last dim (head_dim) must be contiguous, got ", name, ".strides[3]=", t.strides[3]));
-  if (numel(t) > 0 && t.data == nullptr)
+  if (detail::layout_extent_bytes(t.sizes, t.strides, 4, dtype_size(t.dtype)) < 0)
+    return fail(Status::kInvalidArgument,
+                cat(name, ": sizes (", t.sizes[0], ", ", t.sizes[1], ", ", t.sizes[2], ", ", t.sizes[3], ") and strides (",
+                    t.strides[0], ", ", t.strides[1], ", ", t.strides[2], ", 1) reach beyond 2^63 bytes"));
+  if (has_elements(t) && t.data == nullptr)
     return fail(Status::kInvalidArgument, cat(name, ".data is null"));
-  if ((backend == Backend::kSm90 || backend == Backend::kSm90Fp8) && numel(t) > 0) {
+  if ((backend == Backend::kSm90 || backend == Backend::kSm90Fp8) && has_elements(t)) {
     // 16-byte vector / TMA loads need aligned rows: base pointer and every leading stride.
     if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0)
       return fail(Status::kInvalidArgument, cat(name, ".data is not 16-byte aligned"));
@@ -51,6 +57,17 @@ Result check_tensor(const char* name, const TensorRef& t, Backend backend) {
                     cat(name, ".strides[", i, "]=", t.strides[i], " is not a multiple of ", per16,
                         " elements (16 bytes)"));
   }
+  return {};
+}
+
+// An output tensor (out, dq, dk, dv): no element reachable by two index tuples, since each would be
+// written by a different CTA (checked after check_tensor, which bounds the extent).
+Result check_output(const char* name, const TensorRef& t) {
+  if (detail::layout_may_alias(t.sizes, t.strides, 4))
+    return fail(Status::kInvalidArgument,
+                cat(name, ": strides (", t.strides[0], ", ", t.strides[1], ", ", t.strides[2],
+                    ", 1) let two elements share an address (a stride of 0, or smaller than the dims inside it); an "
+                    "output needs a layout without overlap"));
   return {};
 }
 
@@ -106,8 +123,13 @@ Result check_like(const char* name, const TensorRef& t, const char* like_name, c
 }  // namespace
 
 Result check_tensor_layout(const char* name, const TensorRef& t, Backend backend) { return check_tensor(name, t, backend); }
+Result check_output_layout(const char* name, const TensorRef& t) { return check_output(name, t); }
 
-Result validate_forward(const ForwardArgs& a, Backend backend, AttnProblem* p) {
+namespace {
+
+// validate_forward's rules; `out_written` is false only for the CPU backward without an out, which
+// passes q in out's place (q may be a broadcast view: only outputs must not overlap).
+Result validate_forward_args(const ForwardArgs& a, Backend backend, AttnProblem* p, bool out_written) {
   const struct { const char* name; const TensorRef* t; } tensors[] = {
       {"q", &a.q}, {"k", &a.k}, {"v", &a.v}, {"out", &a.out}};
   const bool fp8 = backend == Backend::kSm90Fp8;
@@ -145,6 +167,15 @@ Result validate_forward(const ForwardArgs& a, Backend backend, AttnProblem* p) {
     if (a.out.sizes[i] != a.q.sizes[i])
       return fail(Status::kInvalidArgument, cat("out.sizes[", i, "]=", a.out.sizes[i], " but q.sizes[", i, "]=", a.q.sizes[i]));
   if (hq > 0 && hkv == 0) return fail(Status::kInvalidArgument, "k.sizes[2] (heads_kv) is 0 but q has heads");
+  // The kernels count rows and tiles in 32 bits. No real tensor on one GPU comes near (2^31 rows of
+  // head_dim 64 in bf16 are 256 GiB); broadcast views (stride 0) could, and would wrap the counters.
+  constexpr int64_t kMaxRows = std::numeric_limits<int32_t>::max();
+  if (static_cast<__int128>(batch) * hq * sq > kMaxRows)
+    return fail(Status::kInvalidArgument, cat("q: batch x heads_q x seqlen_q = ", batch, " x ", hq, " x ", sq,
+                                              " query rows, more than 2^31-1"));
+  if (static_cast<__int128>(batch) * hkv * sk > kMaxRows)
+    return fail(Status::kInvalidArgument, cat("k: batch x heads_kv x seqlen_k = ", batch, " x ", hkv, " x ", sk,
+                                              " key rows, more than 2^31-1"));
   if (hkv > 0 && hq % hkv != 0)
     return fail(Status::kInvalidArgument, cat("heads_q=", hq, " is not a multiple of heads_kv=", hkv, " (GQA/MQA)"));
   if (Result r = check_lse(a.lse, batch, hq, sq); !r.ok()) return r;
@@ -165,6 +196,8 @@ Result validate_forward(const ForwardArgs& a, Backend backend, AttnProblem* p) {
                                           " has no FP8 kernel in this build (built: ", build_instantiation_list(), ")"));
   if (backend == Backend::kCudaReference && d > kMaxReferenceHeadDim)
     return fail(Status::kUnsupported, cat("head_dim ", d, " exceeds the CUDA reference's limit of ", kMaxReferenceHeadDim));
+  // Last, so that a shape or support problem is what a caller hears first.
+  if (Result r = out_written ? check_output("out", a.out) : Result{}; !r.ok()) return r;
 
   p->batch = batch; p->seqlen_q = sq; p->seqlen_k = sk; p->heads_q = hq; p->heads_kv = hkv; p->head_dim = d;
   p->dtype = fp8 ? a.out.dtype : a.q.dtype;  // FP8: the output's (the kernel's instantiation key)
@@ -181,6 +214,12 @@ Result validate_forward(const ForwardArgs& a, Backend backend, AttnProblem* p) {
     p->o_stride[i] = a.out.strides[i];
   }
   return {};
+}
+
+}  // namespace
+
+Result validate_forward(const ForwardArgs& a, Backend backend, AttnProblem* p) {
+  return validate_forward_args(a, backend, p, /*out_written=*/true);
 }
 
 Result normalise_window(const Window& w, bool causal, int64_t* left, int64_t* right) {
@@ -220,7 +259,7 @@ Result validate_backward(const BackwardArgs& a, Backend backend, AttnBackwardPro
   const bool no_out = backend == Backend::kCpu && tensor_absent(a.out);
   if (no_out) f.out = a.q;
   AttnProblem fwd;
-  if (Result r = validate_forward(f, backend, &fwd); !r.ok()) return r;
+  if (Result r = validate_forward_args(f, backend, &fwd, /*out_written=*/!no_out); !r.ok()) return r;
   if (no_out) {
     fwd.out = nullptr;
     for (int64_t& s : fwd.o_stride) s = 0;
@@ -241,6 +280,8 @@ Result validate_backward(const BackwardArgs& a, Backend backend, AttnBackwardPro
     return fail(Status::kUnsupported, cat("head_dim ", fwd.head_dim, " with dtype ", dtype_name(dtype),
                                           " has no sm90 backward kernel in this build (built: ",
                                           build_instantiation_list(), ")"));
+  for (const auto& [name, t] : {std::pair<const char*, const TensorRef*>{"dq", &a.dq}, {"dk", &a.dk}, {"dv", &a.dv}})
+    if (Result r = check_output(name, *t); !r.ok()) return r;
 
   p->fwd = fwd;
   p->dout = a.dout.data;

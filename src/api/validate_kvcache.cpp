@@ -14,6 +14,7 @@
 
 #include "api/kvcache_problem.hpp"
 #include "api/messages.hpp"
+#include "api/tensor_layout.hpp"
 
 namespace hopattn {
 namespace {
@@ -172,6 +173,14 @@ Result validate_kvcache(const KvCacheArgs& a, Backend backend, KvCacheProblem* p
   if (backend == Backend::kSm90 && d != 64 && d != 128 && d != 256)
     return Result{Status::kUnsupported,
                   cat("head_dim ", d, " has no sm90 KV-cache kernel (64, 128 and 256 are built)")};
+  // Last, so that shape and support come first. The call writes out, and the cache when appending.
+  if (static_cast<__int128>(batch) * hq * sq > kInt32Max)
+    return fail(cat("q: batch x heads_q x seqlen_q = ", batch, " x ", hq, " x ", sq, " query rows, more than 2^31-1"));
+  if (Result r = check_output_layout("out", a.out); !r.ok()) return r;
+  if (has_new) {
+    if (Result r = check_output_layout("k_cache", a.k_cache); !r.ok()) return r;
+    if (Result r = check_output_layout("v_cache", a.v_cache); !r.ok()) return r;
+  }
 
   p->batch = batch; p->seqlen_q = sq; p->heads_q = hq; p->heads_kv = hkv; p->head_dim = d;
   p->seqlen_new = seqlen_new;

@@ -16,6 +16,7 @@
 #include "api/instantiations.hpp"
 #include "api/messages.hpp"
 #include "api/problem.hpp"
+#include "api/tensor_layout.hpp"
 
 namespace hopattn {
 namespace {
@@ -51,15 +52,28 @@ Result check_packed(const char* name, const TensorRef& t, Backend backend) {
   }
   if (t.strides[2] != 1)
     return fail(cat(name, ": last dim (head_dim) must be contiguous, got ", name, ".strides[2]=", t.strides[2]));
-  const int64_t numel = t.sizes[0] * t.sizes[1] * t.sizes[2];
-  if (numel > 0 && t.data == nullptr) return fail(cat(name, ".data is null"));
-  if (on_gpu(backend) && numel > 0) {
+  const int64_t extent = detail::layout_extent_bytes(t.sizes, t.strides, 3, dtype_size(t.dtype));
+  if (extent < 0)
+    return fail(cat(name, ": sizes (", t.sizes[0], ", ", t.sizes[1], ", ", t.sizes[2], ") and strides (", t.strides[0],
+                    ", ", t.strides[1], ", 1) reach beyond 2^63 bytes"));
+  const bool has_elements = extent > 0;
+  if (has_elements && t.data == nullptr) return fail(cat(name, ".data is null"));
+  if (on_gpu(backend) && has_elements) {
     if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0) return fail(cat(name, ".data is not 16-byte aligned"));
     const int64_t per16 = 16 / static_cast<int64_t>(dtype_size(t.dtype));
     for (int i = 0; i < 2; ++i)
       if (t.sizes[i] > 1 && t.strides[i] % per16 != 0)
         return fail(cat(name, ".strides[", i, "]=", t.strides[i], " is not a multiple of ", per16, " elements (16 bytes)"));
   }
+  return {};
+}
+
+// A packed output (out, dq, dk, dv): no two elements at one address (each is one CTA's write).
+Result check_packed_output(const char* name, const TensorRef& t) {
+  if (detail::layout_may_alias(t.sizes, t.strides, 3))
+    return fail(cat(name, ": strides (", t.strides[0], ", ", t.strides[1],
+                    ", 1) let two elements share an address (a stride of 0, or smaller than the dims inside it); an "
+                    "output needs a layout without overlap"));
   return {};
 }
 
@@ -155,6 +169,11 @@ Result validate_forward_varlen(const VarlenForwardArgs& a, Backend backend, Varl
       return fail(cat("out.sizes[", i, "]=", a.out.sizes[i], " but q.sizes[", i, "]=", a.q.sizes[i]));
   if (hq > 0 && hkv == 0) return fail("k.sizes[1] (heads_kv) is 0 but q has heads");
   if (hkv > 0 && hq % hkv != 0) return fail(cat("heads_q=", hq, " is not a multiple of heads_kv=", hkv, " (GQA/MQA)"));
+  // 32-bit row and tile counters, as in validate_forward.
+  if (total_q * hq > std::numeric_limits<int32_t>::max())  // both < 2^31: no overflow
+    return fail(cat("q: total_q x heads_q = ", total_q, " x ", hq, " query rows, more than 2^31-1"));
+  if (total_k * hkv > std::numeric_limits<int32_t>::max())
+    return fail(cat("k: total_k x heads_kv = ", total_k, " x ", hkv, " key rows, more than 2^31-1"));
   if (Result r = check_lse(a.lse, hq, total_q); !r.ok()) return r;
   if (a.softmax_scale && !(std::isfinite(*a.softmax_scale) && *a.softmax_scale > 0.f))
     return fail(cat("softmax_scale must be finite and > 0, got ", *a.softmax_scale));
@@ -202,6 +221,7 @@ Result validate_forward_varlen(const VarlenForwardArgs& a, Backend backend, Varl
   if (fp8 && !has_fp8_kernel(a.out.dtype, static_cast<int>(d)))
     return Result{Status::kUnsupported, cat("head_dim ", d, " with output dtype ", dtype_name(a.out.dtype),
                                             " has no FP8 kernel in this build (built: ", build_instantiation_list(), ")")};
+  if (Result r = check_packed_output("out", a.out); !r.ok()) return r;  // last: shape and support come first
 
   p->batch = batch; p->total_q = total_q; p->total_k = total_k;
   p->heads_q = hq; p->heads_kv = hkv; p->head_dim = d;
@@ -286,6 +306,9 @@ Result validate_backward_varlen(const VarlenBackwardArgs& a, VarlenProblem* fwd,
     return Result{Status::kUnsupported, cat("head_dim ", fwd->head_dim, " with dtype ", dtype_name(a.q.dtype),
                                             " has no sm90 backward kernel in this build (built: ",
                                             build_instantiation_list(), ")")};
+  for (const auto& g : grads)
+    if (g.t != &a.dout)
+      if (Result r = check_packed_output(g.name, *g.t); !r.ok()) return r;
   p->fwd = to_attn_problem(*fwd);
   p->dout = a.dout.data;
   p->dq = a.dq.data;

@@ -235,7 +235,8 @@ TEST(BackwardValidation, OutCheckedWhenGivenOnCpu) {
 TEST(BackwardValidation, HeadDimWithoutAnyKernel) {
   // No kernel at all for 96: the forward check reports it.
   auto to_96 = [](BackwardArgs& a) {
-    for (TensorRef* t : {&a.q, &a.k, &a.v, &a.out, &a.dout, &a.dq, &a.dk, &a.dv}) t->sizes[3] = 96;
+    for (TensorRef* t : {&a.q, &a.k, &a.v, &a.out, &a.dout, &a.dq, &a.dk, &a.dv})  // contiguous: no overlap
+      *t = make_tensor(t->data, t->dtype, t->sizes[0], t->sizes[1], t->sizes[2], 96);
   };
   Result r = sm90(to_96);
   expect_rejected(r, Status::kUnsupported, "head_dim 96");
@@ -341,14 +342,43 @@ TEST(BackwardValidation, GradMisalignedPointerOnSm90) {
 TEST(BackwardValidation, GradMisalignedStrideOnSm90) {
   SKIP_WITHOUT_BACKWARD_KERNEL();
   for (const Grad& g : kGrads) {
-    const Result r = sm90([&g](BackwardArgs& a) { (a.*g.member).strides[1] += 4; });
+    // Rows 4 elements apart from 16-byte alignment; the batch stride doubled so that the longer
+    // rows do not run into the next batch (an output must not overlap itself).
+    auto misalign = [&g](BackwardArgs& a) {
+      (a.*g.member).strides[1] += 4;
+      (a.*g.member).strides[0] *= 2;
+    };
+    const Result r = sm90(misalign);
     expect_rejected(r, Status::kInvalidArgument, std::string(g.name) + ".strides[1]");
     EXPECT_NE(r.message.find("16 bytes"), std::string::npos) << r.message;
     BackwardArgs a = valid_args();
-    (a.*g.member).strides[1] += 4;
+    misalign(a);
     AttnBackwardProblem p;
     EXPECT_TRUE(validate_backward(a, Backend::kCpu, &p).ok()) << g.name;
   }
+}
+
+TEST(BackwardValidation, GradientsMustNotOverlap) {
+  // dq, dk, dv are outputs: a stride of 0 would make several CTAs write one element. dout is an
+  // input and may be a broadcast view.
+  for (const Grad& g : kGrads) {
+    BackwardArgs a = valid_args();
+    (a.*g.member).strides[0] = 0;
+    AttnBackwardProblem p;
+    const Result r = validate_backward(a, Backend::kCpu, &p);
+    if (std::string(g.name) == "dout") {
+      EXPECT_TRUE(r.ok()) << r.message;
+      continue;
+    }
+    expect_rejected(r, Status::kInvalidArgument, std::string(g.name) + ": strides (0, ");
+    EXPECT_NE(r.message.find("share an address"), std::string::npos) << r.message;
+  }
+  // The CPU backward without out puts q in out's place: a broadcast q is still accepted there.
+  BackwardArgs a = valid_args();
+  a.out = TensorRef{};
+  a.q.strides[0] = 0;
+  AttnBackwardProblem p;
+  EXPECT_TRUE(validate_backward(a, Backend::kCpu, &p).ok()) << validate_backward(a, Backend::kCpu, &p).message;
 }
 
 TEST(BackwardValidation, NullPointersOfEmptyTensorsAreFine) {

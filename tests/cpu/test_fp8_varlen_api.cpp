@@ -153,6 +153,7 @@ TEST(Fp8VarlenValidation, TheVtLayoutMustFitInt32Keys) {
   Fp8VarlenAttentionArgs a = valid_attention_args();
   const int64_t total_k = (int64_t{1} << 31) - (int64_t{1} << 20), batch = int64_t{1} << 13;
   a.k.sizes[0] = a.v.sizes[0] = total_k;
+  a.k.sizes[1] = a.v.sizes[1] = 1;  // one kv head: total_k x heads_kv stays within the 2^31-1 rows rule
   a.cu_seqlens_q = index_tensor(fake(), batch + 1);
   a.cu_seqlens_k = index_tensor(fake(), batch + 1);
   expect_error(run(a), Status::kInvalidArgument, "the FP8 V^T layout");

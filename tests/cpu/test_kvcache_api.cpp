@@ -574,6 +574,22 @@ TEST(KvCacheValidation, NewKeysAndValues) {
       "exceeds the cache capacity 24 (max_seqlen_k = k_cache.sizes[1])");
 }
 
+TEST(KvCacheValidation, WrittenTensorsMustNotOverlap) {
+  // out is written; so is the cache when k_new/v_new are appended.
+  expect_invalid([](ValidArgs& v) { v.a.out.strides[0] = 0; }, "out: strides (0, ");
+  expect_invalid([](ValidArgs& v) { v.a.k_cache.strides[0] = 0; }, "k_cache: strides (0, ");
+  expect_invalid([](ValidArgs& v) { v.a.v_cache.strides[2] = 8; }, "v_cache: strides");
+  // Without an append the cache is only read: a broadcast cache is accepted.
+  ValidArgs v;
+  v.a.k_new = v.a.v_new = TensorRef{};
+  v.a.k_cache.strides[0] = v.a.v_cache.strides[0] = 0;
+  KvCacheProblem p;
+  const Result r = validate_kvcache(v.a, Backend::kCpu, &p);
+  EXPECT_TRUE(r.ok()) << r.message;
+  // Extents beyond int64 are caught by the shared layout rules.
+  expect_invalid([](ValidArgs& v) { v.a.k_new.strides[0] = int64_t{1} << 62; }, "reach beyond 2^63 bytes");
+}
+
 TEST(KvCacheValidation, LseScaleSplits) {
   expect_invalid([](ValidArgs& v) { v.a.lse.dtype = DType::kBF16; }, "lse: dtype must be fp32");
   expect_invalid([](ValidArgs& v) { v.a.lse.sizes[2] = 1; }, "lse.sizes[2]=1 but expected 2 (batch, heads_q, seqlen_q)");

@@ -11,6 +11,7 @@
 
 #include "../common/c_abi_util.hpp"
 #include "../common/test_util.hpp"
+#include "valid_forward_args.hpp"
 #include "api/problem.hpp"
 #include "hopattn/hopattn.hpp"
 #include "hopattn/hopattn_c.h"
@@ -20,30 +21,7 @@ namespace {
 
 alignas(256) unsigned char g_fake_memory[1024];  // a stand-in address; nothing reads or writes it
 
-// The first kernel this build has ("fwd:bf16:128" -> bf16, 128), so a valid base is valid here.
-struct BuiltKernel {
-  DType dtype;
-  int64_t head_dim;
-};
-BuiltKernel first_built_kernel() {
-  const std::string list = build_instantiations();
-  const std::string first = list.substr(0, list.find(','));
-  const size_t a = first.find(':'), b = first.rfind(':');
-  return {first.substr(a + 1, b - a - 1) == "fp16" ? DType::kFP16 : DType::kBF16,
-          std::atoll(first.c_str() + b + 1)};
-}
-
-// batch 2, seqlen_q 64, seqlen_k 48, heads 4/2 (GQA), contiguous, with lse: accepted by every backend.
-ForwardArgs valid_args() {
-  const BuiltKernel k = first_built_kernel();
-  ForwardArgs a;
-  a.q = make_tensor(g_fake_memory, k.dtype, 2, 64, 4, k.head_dim);
-  a.k = make_tensor(g_fake_memory, k.dtype, 2, 48, 2, k.head_dim);
-  a.v = make_tensor(g_fake_memory, k.dtype, 2, 48, 2, k.head_dim);
-  a.out = make_tensor(g_fake_memory, k.dtype, 2, 64, 4, k.head_dim);
-  a.lse = make_tensor(g_fake_memory, DType::kFP32, 2, 4, 64);
-  return a;
-}
+ForwardArgs valid_args() { return valid_forward_args(g_fake_memory); }
 
 using Mutation = std::function<void(ForwardArgs&)>;
 
@@ -101,6 +79,64 @@ TEST(Validation, NegativeStride) {
 TEST(Validation, SizeBeyondInt32) {
   expect_rejected(cpu([](ForwardArgs& a) { a.q.sizes[1] = a.out.sizes[1] = int64_t{1} << 31; }),
                   Status::kInvalidArgument, "q.sizes[1]");
+}
+
+TEST(Validation, ExtentBeyondInt64) {
+  // Each size and stride is legal alone; together they reach past 2^63 bytes.
+  const Result r = cpu([](ForwardArgs& a) { a.k.strides[0] = int64_t{1} << 62; });
+  expect_rejected(r, Status::kInvalidArgument, "k: sizes (2, 48, 2, ");
+  EXPECT_NE(r.message.find("reach beyond 2^63 bytes"), std::string::npos) << r.message;
+}
+
+TEST(Validation, OutputMustNotOverlap) {
+  // A stride of 0 (a broadcast view) on out: every batch would write one place.
+  Result r = cpu([](ForwardArgs& a) { a.out.strides[0] = 0; });
+  expect_rejected(r, Status::kInvalidArgument, "out: strides (0, ");
+  EXPECT_NE(r.message.find("share an address"), std::string::npos) << r.message;
+  // Heads closer together than head_dim: neighbouring heads share elements.
+  expect_rejected(sm90([](ForwardArgs& a) { a.out.strides[2] = 8; }), Status::kInvalidArgument, "out: strides");
+  // The same views are fine as inputs: k and v broadcast over the batch (torch's expand).
+  ForwardArgs a = valid_args();
+  a.k.strides[0] = a.v.strides[0] = 0;
+  AttnProblem p;
+  for (Backend b : {Backend::kSm90, Backend::kCpu}) EXPECT_TRUE(validate_forward(a, b, &p).ok());
+  // A padded, permuted out (heads outermost within a batch) does not overlap and passes.
+  a = valid_args();
+  a.out.strides[2] = 64 * a.out.sizes[3] + 8;  // (b, s, h, d) stored as (b, h, s, d) with 8 padding per head
+  a.out.strides[1] = a.out.sizes[3];
+  a.out.strides[0] = a.out.strides[2] * 4;
+  EXPECT_TRUE(validate_forward(a, Backend::kSm90, &p).ok()) << validate_forward(a, Backend::kSm90, &p).message;
+}
+
+TEST(Validation, RowsBeyondInt32) {
+  // Broadcast q and k (stride 0 over the batch) make many rows from little memory; the kernels count
+  // rows in 32 bits. out must be a real tensor, so its strides stay dense (huge but within int64).
+  auto wide = [](int64_t batch) {
+    return [batch](ForwardArgs& a) {
+      for (TensorRef* t : {&a.q, &a.k, &a.v}) {
+        t->sizes[0] = batch;
+        t->strides[0] = 0;
+      }
+      a.out.sizes[0] = batch;
+      a.lse = TensorRef{};  // left out
+    };
+  };
+  // 2^25 batches x 4 heads x 64 rows = 2^33 query rows.
+  const Result r = cpu(wide(int64_t{1} << 25));
+  expect_rejected(r, Status::kInvalidArgument, "q: batch x heads_q x seqlen_q = 33554432 x 4 x 64");
+  // 2^22 x 4 x 64 = 2^30 query rows, 2^22 x 2 x 48 key rows: accepted.
+  ForwardArgs a = valid_args();
+  wide(int64_t{1} << 22)(a);
+  AttnProblem p;
+  EXPECT_TRUE(validate_forward(a, Backend::kCpu, &p).ok()) << validate_forward(a, Backend::kCpu, &p).message;
+  // Keys alone beyond: 2^23 x 2 heads x 2^8 keys = 2^32 rows (queries 2^23 x 4 x 64 = 2^31: also
+  // beyond, so the key rule is reached with q cut to one row).
+  const Result rk = cpu([&](ForwardArgs& b) {
+    wide(int64_t{1} << 23)(b);
+    b.q.sizes[1] = b.out.sizes[1] = 1;
+    b.k.sizes[1] = b.v.sizes[1] = 256;
+  });
+  expect_rejected(rk, Status::kInvalidArgument, "k: batch x heads_kv x seqlen_k = 8388608 x 2 x 256");
 }
 
 TEST(Validation, LastDimNotContiguous) {
@@ -339,7 +375,10 @@ TEST(Validation, ZeroHeadDim) {
 }
 
 TEST(Validation, HeadDimWithoutSm90Kernel) {
-  auto to_96 = [](ForwardArgs& a) { a.q.sizes[3] = a.k.sizes[3] = a.v.sizes[3] = a.out.sizes[3] = 96; };
+  auto to_96 = [](ForwardArgs& a) {  // contiguous at head_dim 96 (out's old strides would overlap)
+    for (TensorRef* t : {&a.q, &a.k, &a.v, &a.out})
+      *t = make_tensor(t->data, t->dtype, t->sizes[0], t->sizes[1], t->sizes[2], 96);
+  };
   const Result r = sm90(to_96);
   expect_rejected(r, Status::kUnsupported, "head_dim 96");
   EXPECT_NE(r.message.find(build_instantiations()), std::string::npos) << "message should list the built kernels";
@@ -352,7 +391,10 @@ TEST(Validation, HeadDimWithoutSm90Kernel) {
 }
 
 TEST(Validation, HeadDimBeyondCudaReferenceLimit) {
-  auto to_520 = [](ForwardArgs& a) { a.q.sizes[3] = a.k.sizes[3] = a.v.sizes[3] = a.out.sizes[3] = 520; };
+  auto to_520 = [](ForwardArgs& a) {  // contiguous at head_dim 520 (out's old strides would overlap)
+    for (TensorRef* t : {&a.q, &a.k, &a.v, &a.out})
+      *t = make_tensor(t->data, t->dtype, t->sizes[0], t->sizes[1], t->sizes[2], 520);
+  };
   expect_rejected(cuda_ref(to_520), Status::kUnsupported, "head_dim 520");
   ForwardArgs a = valid_args();
   to_520(a);

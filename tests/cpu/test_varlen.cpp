@@ -387,6 +387,23 @@ TEST(VarlenValidation, PackedTensorShapes) {
   expect_invalid([](ValidArgs& v) { v.a.q.sizes[0] = v.a.out.sizes[0] = int64_t{1} << 31; }, "q.sizes[0]");
 }
 
+TEST(VarlenValidation, ExtentOverlapAndRows) {
+  expect_invalid([](ValidArgs& v) { v.a.v.strides[0] = int64_t{1} << 62; }, "v: sizes (8, 2, 16) and strides");
+  expect_invalid([](ValidArgs& v) { v.a.out.strides[0] = 0; }, "out: strides (0, ");
+  // 2^30 tokens x 4 heads of a broadcast q: 2^32 query rows.
+  expect_invalid([](ValidArgs& v) {
+    v.a.q.sizes[0] = v.a.out.sizes[0] = int64_t{1} << 30;
+    v.a.q.strides[0] = 0;
+    v.a.out.strides[0] = 4 * 16;
+    v.a.lse = TensorRef{};
+  }, "q: total_q x heads_q = 1073741824 x 4");
+  // A broadcast k is an input: fine.
+  ValidArgs v;
+  v.a.k.strides[0] = 0;
+  VarlenProblem p;
+  EXPECT_TRUE(validate_forward_varlen(v.a, Backend::kCpu, &p).ok());
+}
+
 TEST(VarlenValidation, DtypesAgree) {
   expect_invalid([](ValidArgs& v) { v.a.k.dtype = DType::kFP16; }, "k: dtype fp16 differs from q's bf16");
   expect_invalid([](ValidArgs& v) { v.a.v.dtype = static_cast<DType>(7); }, "v: dtype");
