@@ -50,7 +50,9 @@ TensorRef make_tensor(void* data, DType dtype, int64_t d0, int64_t d1, int64_t d
   for (int i = 3; i >= 0; --i) {
     t.sizes[i] = s[i];
     t.strides[i] = stride;
-    stride *= s[i];
+    // Saturates instead of overflowing for absurd sizes: validation then rejects the view by its
+    // sizes or its extent, with a message, rather than the product being undefined behaviour.
+    if (__builtin_mul_overflow(stride, s[i], &stride)) stride = std::numeric_limits<int64_t>::max();
   }
   return t;
 }

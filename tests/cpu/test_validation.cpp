@@ -88,6 +88,19 @@ TEST(Validation, ExtentBeyondInt64) {
   EXPECT_NE(r.message.find("reach beyond 2^63 bytes"), std::string::npos) << r.message;
 }
 
+TEST(Validation, MakeTensorWithAbsurdSizesIsRejectedNotUndefined) {
+  // The strides make_tensor computes would overflow int64; it saturates, and validation says why.
+  const int64_t big = int64_t{1} << 31;  // each size alone is 2^31; the product is 2^124
+  ForwardArgs a = valid_args();
+  a.q = a.out = make_tensor(g_fake_memory, a.q.dtype, big, big, big, big);
+  EXPECT_EQ(a.q.strides[0], std::numeric_limits<int64_t>::max());
+  AttnProblem p;
+  const Result r = validate_forward(a, Backend::kCpu, &p);
+  expect_rejected(r, Status::kInvalidArgument, "q.sizes[0] = 2147483648 exceeds 2^31-1");
+  a.q = a.out = make_tensor(g_fake_memory, a.q.dtype, big - 1, big - 1, big - 1, 64);  // sizes legal, extent not
+  expect_rejected(validate_forward(a, Backend::kCpu, &p), Status::kInvalidArgument, "reach beyond 2^63 bytes");
+}
+
 TEST(Validation, OutputMustNotOverlap) {
   // A stride of 0 (a broadcast view) on out: every batch would write one place.
   Result r = cpu([](ForwardArgs& a) { a.out.strides[0] = 0; });
