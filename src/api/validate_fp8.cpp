@@ -2,12 +2,14 @@
 // tensors quantised inside) and quantize_fp8. The attention checks are validate_forward's, run with
 // Backend::kSm90Fp8; this file adds the descale tensors and the quantiser's own arguments.
 #include <cstdint>
+#include <limits>
 #include <sstream>
 #include <string>
 
 #include "api/messages.hpp"
 #include "api/fp8_varlen.hpp"
 #include "api/problem.hpp"
+#include "api/tensor_layout.hpp"
 
 namespace hopattn {
 namespace {
@@ -194,6 +196,11 @@ Result validate_quantize_fp8(const Fp8QuantizeArgs& a) {
     return fail(Status::kUnsupported, cat("in.sizes[3] (head_dim)=", d, ": quantize_fp8 takes multiples of 16 up to 256"));
   if (a.rotate && d != 64 && d != 128 && d != 256)
     return fail(Status::kUnsupported, cat("in.sizes[3] (head_dim)=", d, ": the rotation needs head_dim 64, 128 or 256"));
+  // 32-bit tile counters, as in validate_forward; this also bounds the descale's size products.
+  if (static_cast<__int128>(batch) * heads * seqlen > std::numeric_limits<int32_t>::max())
+    return fail(Status::kInvalidArgument,
+                cat("in: batch x heads x seqlen = ", batch, " x ", heads, " x ", seqlen, " rows, more than 2^31-1"));
+  if (Result r = check_output_layout("out", a.out); !r.ok()) return r;
   const int64_t want[3] = {batch, heads, a.block_quant ? ceil_blocks(seqlen) : 1};
   return check_fp32_contiguous("descale", a.descale, 3, want,
                                a.block_quant ? "(batch, heads, ceil(seqlen / 128))" : "(batch, heads, 1)");

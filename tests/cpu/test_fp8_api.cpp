@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "api/problem.hpp"
 #include "hopattn/hopattn.hpp"
 
 namespace hopattn::test {
@@ -207,6 +208,19 @@ TEST(Fp8Validation, QuantizeArgumentsAreChecked) {
   a = valid_quantize_args();
   a.in.data = fake(4);
   expect_error(quantize_fp8(a), Status::kInvalidArgument, "in.data is not 16-byte aligned");
+  // out is written: a broadcast out (stride 0) is rejected, a broadcast in is fine.
+  a = valid_quantize_args();
+  a.out.strides[0] = 0;
+  expect_error(quantize_fp8(a), Status::kInvalidArgument, "out: strides (0, ");
+  a = valid_quantize_args();
+  a.in.strides[0] = 0;
+  EXPECT_TRUE(validate_quantize_fp8(a).ok()) << validate_quantize_fp8(a).message;
+  // 2^31 rows of a broadcast in: rejected before the descale's sizes are multiplied out.
+  a = valid_quantize_args();
+  a.in.sizes[0] = a.out.sizes[0] = int64_t{1} << 23;
+  a.in.strides[0] = 0;
+  a.out.strides[0] = 0;
+  expect_error(quantize_fp8(a), Status::kInvalidArgument, "in: batch x heads x seqlen = 8388608 x ");
 }
 
 TEST(Fp8Workspace, SizesFollowTheLayout) {
