@@ -17,7 +17,11 @@ BwdTrace bwd_trace() {
     void* p = nullptr;
     const std::size_t bytes = kBwdTraceCapacity * sizeof(BwdTraceRecord) + 256;
     if (cudaMalloc(&p, bytes) != cudaSuccess) return;  // tracing off, the call itself unaffected
-    cudaMemset(p, 0, bytes);
+    if (cudaMemset(p, 0, bytes) != cudaSuccess) {  // a count that starts as garbage would misplace records
+      cudaFree(p);
+      cudaGetLastError();
+      return;
+    }
     trace.count = static_cast<unsigned*>(p);
     trace.records = reinterpret_cast<BwdTraceRecord*>(static_cast<char*>(p) + 256);
   });
