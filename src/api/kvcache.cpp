@@ -163,12 +163,9 @@ Result attention_with_kvcache(const KvCacheArgs& args, void* workspace, std::siz
                               cudaStream_t stream) {
   KvCacheProblem p;
   if (Result r = validate_kvcache(args, Backend::kSm90, &p); !r.ok()) return r;
-  if (Result r = check_hopper_device(); !r.ok()) return r;
-  if (p.batch > 0 && detail::check_index_values_requested(args.check_index_values))
-    if (Result r = check_index_values_on_device(p, stream); !r.ok()) return r;
-
   // Chunked prefill runs the forward kernel (kvcache_route.hpp), decoding the split-KV plan. Both
-  // append first, in stream order, so the kernels see the new keys.
+  // append first, in stream order, so the kernels see the new keys. The route, the plan's limits
+  // and the workspace are host facts, checked before the device like the rest of the arguments.
   const bool forward = kv_kernel(p) == KvKernel::kForward;
   dec::DecodePlan plan{};
   if (!forward) {
@@ -177,6 +174,9 @@ Result attention_with_kvcache(const KvCacheArgs& args, void* workspace, std::siz
   }
   if (Result r = check_workspace(workspace, workspace_bytes, forward ? key_counts_bytes(p) : plan.workspace); !r.ok())
     return r;
+  if (Result r = check_hopper_device(); !r.ok()) return r;
+  if (p.batch > 0 && detail::check_index_values_requested(args.check_index_values))
+    if (Result r = check_index_values_on_device(p, stream); !r.ok()) return r;
 
   if (p.seqlen_new > 0 && p.batch > 0 && p.heads_kv > 0)
     if (const cudaError_t e = dec::launch_append(p, stream); e != cudaSuccess) return cuda_error("KV append launch", e);

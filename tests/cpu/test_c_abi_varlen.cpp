@@ -189,6 +189,58 @@ TEST(VarlenCAbi, NullArgs) {
   EXPECT_NE(std::string(hopattn_last_error()).find("args is null"), std::string::npos) << hopattn_last_error();
 }
 
+// A zero-filled C struct whose tensor `first` has an unknown dtype code: `call` must reject it, naming
+// the tensor.
+template <class Args, class Call>
+void expect_bad_dtype(hopattn_tensor Args::*first, Call call, const char* entry, const char* tensor) {
+  Args a{};
+  (a.*first).dtype = 77;
+  EXPECT_EQ(call(&a), HOPATTN_INVALID_ARGUMENT) << entry;
+  const std::string msg = hopattn_last_error();
+  EXPECT_NE(msg.find(std::string(tensor) + ": unknown dtype code 77"), std::string::npos) << entry << ": " << msg;
+}
+
+// Every C entry point that takes an args struct: a null struct, and a struct whose first tensor has
+// an unknown dtype code (zero-filled otherwise), are rejected with a message; nothing is dereferenced.
+TEST(CAbi, EveryEntryPointRejectsNullAndMalformedArgs) {
+  auto expect_null = [](int rc, const char* entry) {
+    EXPECT_EQ(rc, HOPATTN_INVALID_ARGUMENT) << entry;
+    EXPECT_NE(std::string(hopattn_last_error()).find("args is null"), std::string::npos) << entry << ": " << hopattn_last_error();
+  };
+  expect_null(hopattn_attention_fp8(nullptr, nullptr, 0, nullptr), "attention_fp8");
+  expect_null(hopattn_forward_fp8(nullptr, nullptr, 0, nullptr), "forward_fp8");
+  expect_null(hopattn_quantize_fp8(nullptr, nullptr), "quantize_fp8");
+  expect_null(hopattn_attention_fp8_varlen(nullptr, nullptr, 0, nullptr), "attention_fp8_varlen");
+  expect_null(hopattn_forward_fp8_varlen(nullptr, nullptr, 0, nullptr), "forward_fp8_varlen");
+  expect_null(hopattn_attention_with_kvcache(nullptr, nullptr, 0, nullptr), "attention_with_kvcache");
+  expect_null(hopattn_attention_with_kvcache_cpu(nullptr), "attention_with_kvcache_cpu");
+  expect_null(hopattn_forward_reference_cuda(nullptr, nullptr), "forward_reference_cuda");
+  EXPECT_EQ(hopattn_attention_fp8_workspace_size(nullptr), 0u);
+  EXPECT_EQ(hopattn_forward_fp8_workspace_size(nullptr), 0u);
+  EXPECT_EQ(hopattn_attention_with_kvcache_workspace_size(nullptr), 0u);
+  expect_bad_dtype<hopattn_fp8_attention_args>(
+      &hopattn_fp8_attention_args::q, [](const auto* a) { return hopattn_attention_fp8(a, nullptr, 0, nullptr); },
+      "attention_fp8", "q");
+  expect_bad_dtype<hopattn_fp8_fwd_args>(
+      &hopattn_fp8_fwd_args::q, [](const auto* a) { return hopattn_forward_fp8(a, nullptr, 0, nullptr); }, "forward_fp8",
+      "q");
+  expect_bad_dtype<hopattn_fp8_quantize_args>(
+      &hopattn_fp8_quantize_args::in, [](const auto* a) { return hopattn_quantize_fp8(a, nullptr); }, "quantize_fp8",
+      "in");
+  expect_bad_dtype<hopattn_fp8_varlen_attention_args>(
+      &hopattn_fp8_varlen_attention_args::q,
+      [](const auto* a) { return hopattn_attention_fp8_varlen(a, nullptr, 0, nullptr); }, "attention_fp8_varlen", "q");
+  expect_bad_dtype<hopattn_fp8_varlen_fwd_args>(
+      &hopattn_fp8_varlen_fwd_args::q, [](const auto* a) { return hopattn_forward_fp8_varlen(a, nullptr, 0, nullptr); },
+      "forward_fp8_varlen", "q");
+  {
+    hopattn_fwd_args a{};
+    a.q.ndim = 9;
+    EXPECT_EQ(hopattn_forward_reference_cuda(&a, nullptr), HOPATTN_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(hopattn_last_error()).find("q: ndim 9 out of range"), std::string::npos) << hopattn_last_error();
+  }
+}
+
 TEST(VarlenCAbi, BadCuSeqlensValuesNameCuSeqlensQ) {
   HostCase c = mixed_case();
   c.build(21);

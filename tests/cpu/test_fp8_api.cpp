@@ -138,6 +138,11 @@ TEST(Fp8Validation, DescaleShapesAreChecked) {
     a.q_descale.data = nullptr;  // a shape but no data
     expect_error(run(a), Status::kInvalidArgument, "q_descale.data is null");
   }
+  {
+    Fp8ForwardArgs a = valid_fp8_args();
+    a.k_descale.ndim = 2;  // the block descales are (batch, heads, nblocks)
+    expect_error(run(a), Status::kInvalidArgument, "k_descale: expected 3 dims (batch, heads, nblocks), got ndim=2");
+  }
 }
 
 TEST(Fp8Validation, E4m3RowsMust16ByteAlign) {
@@ -205,6 +210,14 @@ TEST(Fp8Validation, QuantizeArgumentsAreChecked) {
   expect_error(quantize_fp8(a), Status::kUnsupported, "the rotation needs head_dim 64, 128 or 256");
   a.rotate = false;  // any multiple of 16 without the rotation
   EXPECT_NE(quantize_fp8(a).status, Status::kInvalidArgument) << quantize_fp8(a).message;
+  // head_dim: a multiple of 16 up to 256 (rotation or not). One row, so that e4m3 rows of 40 bytes
+  // are not first rejected for their 16-byte alignment.
+  for (int64_t d : {40, 272}) {
+    a = valid_quantize_args();
+    a.rotate = false;
+    for (TensorRef* t : {&a.in, &a.out}) *t = make_tensor(t->data, t->dtype, 1, 1, 1, d);
+    expect_error(quantize_fp8(a), Status::kUnsupported, "quantize_fp8 takes multiples of 16 up to 256");
+  }
   a = valid_quantize_args();
   a.in.data = fake(4);
   expect_error(quantize_fp8(a), Status::kInvalidArgument, "in.data is not 16-byte aligned");

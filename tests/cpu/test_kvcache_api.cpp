@@ -586,6 +586,8 @@ TEST(KvCacheValidation, WrittenTensorsMustNotOverlap) {
   KvCacheProblem p;
   const Result r = validate_kvcache(v.a, Backend::kCpu, &p);
   EXPECT_TRUE(r.ok()) << r.message;
+  // Only the CPU reference and the sm90 kernels take a KV cache.
+  EXPECT_EQ(validate_kvcache(v.a, Backend::kCudaReference, &p).status, Status::kUnsupported);
   // Extents beyond int64 are caught by the shared layout rules.
   expect_invalid([](ValidArgs& v) { v.a.k_new.strides[0] = int64_t{1} << 62; }, "reach beyond 2^63 bytes");
 }
@@ -730,8 +732,59 @@ TEST(KvCacheApi, GpuEntryPointWithoutDevice) {
     t->sizes[3] = 64;
     *t = make_tensor(g_fake_memory, DType::kBF16, t->sizes[0], t->sizes[1], t->sizes[2], 64);
   }
-  r = attention_with_kvcache(w.a, nullptr, 0);
+  // The workspace is checked before the device too: give the call what it asks for (never touched).
+  const std::size_t bytes = attention_with_kvcache_workspace_size(w.a);
+  r = attention_with_kvcache(w.a, bytes ? g_fake_memory : nullptr, bytes);
   EXPECT_EQ(r.status, Status::kUnsupportedDevice) << r.message;
+}
+
+TEST(KvCacheApi, DecodeLimitsAndWorkspaceBeforeTheDevice) {
+  // The decode kernels' limits and the workspace are host facts: reported on any machine, and
+  // before a launch on one with a GPU (none of these calls reaches the device).
+  auto to_64 = [](ValidArgs& v) {
+    for (TensorRef* t : {&v.a.q, &v.a.out, &v.a.k_cache, &v.a.v_cache, &v.a.k_new, &v.a.v_new})
+      *t = make_tensor(g_fake_memory, DType::kBF16, t->sizes[0], t->sizes[1], t->sizes[2], 64);
+  };
+  {  // 2^27 + 1 pages of 8 tokens per sequence: 2^30 + 8 tokens, within 2^31-1 but not the decode limit
+    ValidArgs v;
+    to_64(v);
+    v.a.page_table.sizes[1] = (int64_t{1} << 27) + 1;  // declared only: the GPU path does not read it here
+    v.a.page_table.strides[0] = v.a.page_table.sizes[1];
+    const Result r = attention_with_kvcache(v.a, nullptr, 0);
+    EXPECT_EQ(r.status, Status::kUnsupported) << r.message;
+    EXPECT_NE(r.message.find("exceeds the decode kernels' limit of 2^30"), std::string::npos) << r.message;
+  }
+  {  // 2^28 + 1 query rows x 4 heads per kv head on the decode route (a paged cache of 8-token pages)
+    ValidArgs v;
+    to_64(v);
+    for (TensorRef* t : {&v.a.q, &v.a.out}) *t = make_tensor(g_fake_memory, DType::kBF16, 3, (int64_t{1} << 28) + 1, 4, 64);
+    v.a.lse = TensorRef{};
+    v.a.k_new = v.a.v_new = TensorRef{};
+    v.a.k_cache = make_tensor(g_fake_memory, DType::kBF16, 10, 8, 1, 64);
+    v.a.v_cache = make_tensor(g_fake_memory, DType::kBF16, 10, 8, 1, 64);
+    const Result r = attention_with_kvcache(v.a, nullptr, 0);
+    EXPECT_EQ(r.status, Status::kInvalidArgument) << r.message;  // first: 3 x 4 x (2^28 + 1) rows > 2^31-1
+    EXPECT_NE(r.message.find("query rows, more than 2^31-1"), std::string::npos) << r.message;
+    // One sequence: 2^30 + 4 rows in all (within 2^31-1), all of them on the one kv head (beyond 2^30).
+    for (TensorRef* t : {&v.a.q, &v.a.out}) *t = make_tensor(g_fake_memory, DType::kBF16, 1, (int64_t{1} << 28) + 1, 4, 64);
+    v.a.cache_seqlens.sizes[0] = 1;
+    v.a.page_table.sizes[0] = 1;
+    const Result r2 = attention_with_kvcache(v.a, nullptr, 0);
+    EXPECT_EQ(r2.status, Status::kUnsupported) << r2.message;
+    EXPECT_NE(r2.message.find("seqlen_q * heads_q / heads_kv"), std::string::npos) << r2.message;
+  }
+  {  // a split plan needs a workspace: asking without one is an argument error, device or not
+    ValidArgs v;
+    to_64(v);
+    v.make_contiguous();  // a 4096-token contiguous cache: room for 4 splits of the keys
+    v.a.k_cache = make_tensor(g_fake_memory, DType::kBF16, 3, 4096, 2, 64);
+    v.a.v_cache = make_tensor(g_fake_memory, DType::kBF16, 3, 4096, 2, 64);
+    v.a.num_splits = 4;
+    ASSERT_GT(attention_with_kvcache_workspace_size(v.a), 0u);
+    const Result r = attention_with_kvcache(v.a, nullptr, 0);
+    EXPECT_EQ(r.status, Status::kInvalidArgument) << r.message;
+    EXPECT_NE(r.message.find("attention_with_kvcache_workspace_size"), std::string::npos) << r.message;
+  }
 }
 
 // ---- (c) planning: the kernel route, splits, row tiles, workspace ----------------------------------

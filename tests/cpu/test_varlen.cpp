@@ -370,11 +370,29 @@ TEST(VarlenValidation, ValueChecksAreCpuOnly) {
   v.cu_q[2] = 1;  // decreasing
   VarlenProblem p;
   EXPECT_TRUE(validate_forward_varlen(v.a, Backend::kSm90, &p).ok());
+  const VarlenProblem pg = p;  // the GPU path's problem, for its host-copy value checks below
   const Result r = validate_forward_varlen(v.a, Backend::kCpu, &p);
   EXPECT_FALSE(r.ok());
+  // The GPU path's check_index_values mode runs the same value rules on host copies.
+  const Result hv = check_varlen_index_values(pg, v.cu_q.data(), v.cu_k.data(), v.used_q.data(), v.used_k.data());
+  EXPECT_EQ(hv.message, r.message);
+  v.cu_q[2] = 4;
+  v.used_k[1] = 3;  // sequence 1 has 2 keys
+  const Result hk = check_varlen_index_values(pg, v.cu_q.data(), v.cu_k.data(), v.used_q.data(), v.used_k.data());
+  EXPECT_NE(hk.message.find("seqused_k[1]=3 is outside [0, 2]"), std::string::npos) << hk.message;
   // Shape rules still apply on the GPU.
   v.a.cu_seqlens_k.sizes[0] = 3;
   EXPECT_EQ(validate_forward_varlen(v.a, Backend::kSm90, &p).status, Status::kInvalidArgument);
+  // A head dim without an sm90 kernel is named on the GPU path; the CPU reference takes it.
+  ValidArgs w;
+  for (TensorRef* t : {&w.a.q, &w.a.out}) *t = make_tensor(g_fake_memory, dtype, 12, 4, 96);
+  w.a.k = w.a.v = make_tensor(g_fake_memory, dtype, 8, 2, 96);
+  const Result r96 = validate_forward_varlen(w.a, Backend::kSm90, &p);
+  EXPECT_EQ(r96.status, Status::kUnsupported) << r96.message;
+  EXPECT_NE(r96.message.find("head_dim 96"), std::string::npos) << r96.message;
+  EXPECT_TRUE(validate_forward_varlen(w.a, Backend::kCpu, &p).ok());
+  // Only the CPU reference and the sm90 kernels take packed batches.
+  EXPECT_EQ(validate_forward_varlen(w.a, Backend::kCudaReference, &p).status, Status::kUnsupported);
 }
 
 TEST(VarlenValidation, PackedTensorShapes) {
@@ -397,6 +415,13 @@ TEST(VarlenValidation, ExtentOverlapAndRows) {
     v.a.out.strides[0] = 4 * 16;
     v.a.lse = TensorRef{};
   }, "q: total_q x heads_q = 1073741824 x 4");
+  // 2^30 key tokens x 2 kv heads of a broadcast k and v: 2^31 key rows.
+  expect_invalid([](ValidArgs& v) {
+    for (TensorRef* t : {&v.a.k, &v.a.v}) {
+      t->sizes[0] = int64_t{1} << 30;
+      t->strides[0] = 0;
+    }
+  }, "k: total_k x heads_kv = 1073741824 x 2");
   // A broadcast k is an input: fine.
   ValidArgs v;
   v.a.k.strides[0] = 0;
