@@ -20,6 +20,7 @@
 
 #include "../common/test_util.hpp"
 #include "valid_forward_args.hpp"
+#include "../common/varlen_util.hpp"
 #include "api/kvcache_problem.hpp"
 #include "api/problem.hpp"
 #include "hopattn/hopattn.hpp"
@@ -110,13 +111,20 @@ struct Mutator {
     return t;
   }
 
+  bool packed = false;  // varlen: (total, heads, head_dim) tensors and an lse of (heads_q, total_q)
+
   void set_dim(std::vector<std::pair<const char*, TensorRef*>>& ts, Dim d, int64_t v) {
     for (auto& [name, t] : ts) {
       const std::string n(name);
       const bool is_lse = n == "lse";
       const bool q_side = n == "q" || n == "out" || n == "dout" || n == "dq";
       int idx = -1;
-      if (is_lse) idx = d == kBatch ? 0 : d == kHeadsQ ? 1 : d == kSeqQ ? 2 : -1;
+      if (packed) {  // the batch lives in cu_seqlens, which stay as they are
+        if (is_lse) idx = d == kHeadsQ ? 0 : d == kSeqQ ? 1 : -1;
+        else if (d == kHeadDim) idx = 2;
+        else if (q_side) idx = d == kSeqQ ? 0 : d == kHeadsQ ? 1 : -1;
+        else idx = d == kSeqK ? 0 : d == kHeadsKv ? 1 : -1;
+      } else if (is_lse) idx = d == kBatch ? 0 : d == kHeadsQ ? 1 : d == kSeqQ ? 2 : -1;
       else if (d == kBatch) idx = 0;
       else if (d == kHeadDim) idx = 3;
       else if (q_side) idx = d == kSeqQ ? 1 : d == kHeadsQ ? 2 : -1;
@@ -189,8 +197,24 @@ const uint64_t kSeed = [] {
   return s ? std::strtoull(s, nullptr, 10) : 0;
 }();
 
-TEST(ValidationFuzz, Forward) {
+// The two outcomes of a fuzz test's cases. Both must be common, or the mutations are not exercising
+// the checks; a rejection needs a message (naming an argument where the caller asks for that).
+struct Tally {
   int accepted = 0, rejected = 0;
+  void reject(const Result& r, const std::string& log, bool must_name_argument) {
+    ++rejected;
+    EXPECT_FALSE(r.message.empty()) << log;
+    if (must_name_argument) EXPECT_TRUE(names_an_argument(r.message)) << "\"" << r.message << "\" names no argument; " << log;
+  }
+  void expect_both_common(int min_rejected) const {
+    if (::testing::Test::HasFailure()) return;  // the first failing case is the one to read
+    EXPECT_GT(accepted, kCases / 20);
+    EXPECT_GT(rejected, min_rejected);
+  }
+};
+
+TEST(ValidationFuzz, Forward) {
+  Tally tally;
   for (int c = 0; c < kCases; ++c) {
     Mutator m{std::mt19937_64(kSeed + 1000 + c), {}};
     ForwardArgs a = valid_forward();
@@ -202,24 +226,19 @@ TEST(ValidationFuzz, Forward) {
       AttnProblem p;
       const Result r = validate_forward(a, b, &p);
       if (r.ok()) {
-        ++accepted;
+        ++tally.accepted;
         expect_indexable(ts, {"out", "lse"}, p, m.log);
       } else {
-        ++rejected;
-        EXPECT_FALSE(r.message.empty()) << m.log;
-        EXPECT_TRUE(names_an_argument(r.message)) << "\"" << r.message << "\" names no argument; " << m.log;
+        tally.reject(r, m.log, true);
       }
     }
     if (::testing::Test::HasFailure()) break;  // the first failing case is enough to read
   }
-  // Both outcomes must be common, or the mutations are not exercising the checks.
-  if (::testing::Test::HasFailure()) return;
-  EXPECT_GT(accepted, kCases / 20);
-  EXPECT_GT(rejected, kCases);
+  tally.expect_both_common(kCases);
 }
 
 TEST(ValidationFuzz, Backward) {
-  int accepted = 0, rejected = 0;
+  Tally tally;
   for (int c = 0; c < kCases; ++c) {
     Mutator m{std::mt19937_64(kSeed + 500000 + c), {}};
     const ForwardArgs f = valid_forward();
@@ -237,22 +256,19 @@ TEST(ValidationFuzz, Backward) {
       AttnBackwardProblem p;
       const Result r = validate_backward(a, b, &p);
       if (r.ok()) {
-        ++accepted;
+        ++tally.accepted;
         expect_indexable(ts, {"dq", "dk", "dv"}, p.fwd, m.log);
       } else {
-        ++rejected;
-        EXPECT_TRUE(names_an_argument(r.message)) << "\"" << r.message << "\" names no argument; " << m.log;
+        tally.reject(r, m.log, true);
       }
     }
     if (::testing::Test::HasFailure()) break;
   }
-  if (::testing::Test::HasFailure()) return;
-  EXPECT_GT(accepted, kCases / 20);
-  EXPECT_GT(rejected, kCases / 2);
+  tally.expect_both_common(kCases / 2);
 }
 
 TEST(ValidationFuzz, KvCache) {
-  int accepted = 0, rejected = 0;
+  Tally tally;
   const BuiltKernel b = first_built_kernel();
   for (int c = 0; c < kCases; ++c) {
     Mutator m{std::mt19937_64(kSeed + 900000 + c), {}};
@@ -288,7 +304,7 @@ TEST(ValidationFuzz, KvCache) {
       KvCacheProblem p;
       const Result r = validate_kvcache(a, be, &p);
       if (r.ok()) {
-        ++accepted;
+        ++tally.accepted;
         std::vector<std::string> written = {"out", "lse"};
         if (p.seqlen_new > 0 || !tensor_absent(a.k_new)) written.insert(written.end(), {"k_cache", "v_cache"});
         for (const auto& [name, t] : ts) {
@@ -299,15 +315,56 @@ TEST(ValidationFuzz, KvCache) {
         }
         EXPECT_LE(static_cast<__int128>(p.batch) * p.heads_q * p.seqlen_q, std::numeric_limits<int32_t>::max()) << m.log;
       } else {
-        ++rejected;
-        EXPECT_FALSE(r.message.empty()) << m.log;
+        tally.reject(r, m.log, false);
       }
     }
     if (::testing::Test::HasFailure()) break;
   }
-  if (::testing::Test::HasFailure()) return;
-  EXPECT_GT(accepted, kCases / 20);
-  EXPECT_GT(rejected, kCases / 2);
+  tally.expect_both_common(kCases / 2);
+}
+
+TEST(ValidationFuzz, Varlen) {
+  Tally tally;
+  const BuiltKernel b = first_built_kernel();
+  for (int c = 0; c < kCases; ++c) {
+    Mutator m{std::mt19937_64(kSeed + 1300000 + c), {}};
+    m.packed = true;
+    // 3 sequences: q lengths {4, 0, 6} of 12 tokens, k lengths {5, 2, 0} of 8; heads 4/2. The index
+    // tensors are real (the CPU backend reads them) and stay unmutated.
+    std::vector<int32_t> cu_q = {0, 4, 4, 10}, cu_k = {0, 5, 7, 7};
+    VarlenForwardArgs a;
+    a.q = make_tensor(g_fake, b.dtype, 12, 4, b.head_dim);
+    a.out = make_tensor(g_fake, b.dtype, 12, 4, b.head_dim);
+    a.k = make_tensor(g_fake, b.dtype, 8, 2, b.head_dim);
+    a.v = make_tensor(g_fake, b.dtype, 8, 2, b.head_dim);
+    a.lse = lse_tensor(g_fake, 4, 12);
+    a.cu_seqlens_q = index_tensor(cu_q);
+    a.cu_seqlens_k = index_tensor(cu_k);
+    a.max_seqlen_q = 6;
+    a.max_seqlen_k = 5;
+    std::vector<std::pair<const char*, TensorRef*>> ts = {{"q", &a.q}, {"k", &a.k}, {"v", &a.v}, {"out", &a.out}, {"lse", &a.lse}};
+    const int n = 1 + static_cast<int>(m.rng() % 3);
+    for (int i = 0; i < n; ++i) m.mutate(ts, a.softmax_scale, a.window, a.softcap, a.causal);
+    (void)forward_varlen_workspace_size(a);
+    for (Backend be : {Backend::kSm90, Backend::kCpu, Backend::kSm90Fp8}) {
+      VarlenProblem p;
+      const Result r = validate_forward_varlen(a, be, &p);
+      if (r.ok()) {
+        ++tally.accepted;
+        for (const auto& [name, t] : ts) {
+          if (std::string(name) == "lse" && t->data == nullptr) continue;
+          EXPECT_GE(extent_bytes(*t), 0) << name << "'s extent overflows int64 but was accepted; " << m.log;
+        }
+        EXPECT_TRUE(never_aliases(a.out)) << "out aliases itself but was accepted; " << m.log;
+        EXPECT_LE(p.total_q * p.heads_q, std::numeric_limits<int32_t>::max()) << m.log;
+        EXPECT_LE(p.total_k * p.heads_kv, std::numeric_limits<int32_t>::max()) << m.log;
+      } else {
+        tally.reject(r, m.log, false);
+      }
+    }
+    if (::testing::Test::HasFailure()) break;
+  }
+  tally.expect_both_common(kCases / 2);
 }
 
 }  // namespace
