@@ -78,7 +78,8 @@ bool names_an_argument(const std::string& msg) {
   static const char* names[] = {"q", "k", "v", "out", "lse", "dout", "dq", "dk", "dv", "softmax_scale",
                                 "window", "softcap", "head_dim", "heads_q", "backward", "k_cache", "v_cache",
                                 "k_new", "v_new", "cache_seqlens", "page_table", "num_splits", "cu_seqlens_q",
-                                "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k"};
+                                "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k", "q_descale", "k_descale",
+                                "v_descale"};
   for (const char* n : names) {
     const std::string s(n);
     for (size_t at = msg.find(s); at != std::string::npos; at = msg.find(s, at + 1)) {
@@ -118,6 +119,7 @@ struct Mutator {
   void set_dim(std::vector<std::pair<const char*, TensorRef*>>& ts, Dim d, int64_t v) {
     for (auto& [name, t] : ts) {
       const std::string n(name);
+      if (n.find("descale") != std::string::npos) continue;  // (batch, heads, blocks): left to the other kinds
       const bool is_lse = n == "lse";
       const bool q_side = n == "q" || n == "out" || n == "dout" || n == "dq";
       int idx = -1;
@@ -318,6 +320,48 @@ TEST(ValidationFuzz, KvCache) {
       } else {
         tally.reject(r, m.log);
       }
+    }
+    if (::testing::Test::HasFailure()) break;
+  }
+  tally.expect_both_common(kCases / 2);
+}
+
+TEST(ValidationFuzz, Fp8Forward) {
+  Tally tally;
+  const BuiltKernel b = first_built_kernel();  // its dtype is the output's; FP8 kernels exist per output dtype
+  for (int c = 0; c < kCases; ++c) {
+    Mutator m{std::mt19937_64(kSeed + 1700000 + c), {}};
+    Fp8ForwardArgs a;
+    a.q = make_tensor(g_fake, DType::kE4M3, 2, 64, 4, b.head_dim);
+    a.k = make_tensor(g_fake, DType::kE4M3, 2, 48, 2, b.head_dim);
+    a.v = make_tensor(g_fake, DType::kE4M3, 2, 48, 2, b.head_dim);
+    a.q_descale = make_tensor(g_fake, DType::kFP32, 2, 4, 1);  // one 128-row block
+    a.k_descale = make_tensor(g_fake, DType::kFP32, 2, 2, 1);
+    a.v_descale = make_tensor(g_fake, DType::kFP32, 2, 2, 1);
+    a.v_descale.ndim = 2;
+    a.out = make_tensor(g_fake, b.dtype, 2, 64, 4, b.head_dim);
+    a.lse = make_tensor(g_fake, DType::kFP32, 2, 4, 64);
+    std::vector<std::pair<const char*, TensorRef*>> ts = {
+        {"q", &a.q}, {"k", &a.k}, {"v", &a.v}, {"q_descale", &a.q_descale}, {"k_descale", &a.k_descale},
+        {"v_descale", &a.v_descale}, {"out", &a.out}, {"lse", &a.lse}};
+    Window w;  // the FP8 call has no window or softcap: mutated, then dropped
+    float softcap = 0.f;
+    const int n = 1 + static_cast<int>(m.rng() % 3);
+    for (int i = 0; i < n; ++i) m.mutate(ts, a.softmax_scale, w, softcap, a.causal);
+    (void)forward_fp8_workspace_size(a);
+    Fp8AttnProblem p;
+    const Result r = validate_forward_fp8(a, &p);
+    if (r.ok()) {
+      ++tally.accepted;
+      for (const auto& [name, t] : ts) {
+        if (tensor_absent(*t) || (std::string(name) == "lse" && t->data == nullptr)) continue;
+        EXPECT_GE(extent_bytes(*t), 0) << name << "'s extent overflows int64 but was accepted; " << m.log;
+      }
+      EXPECT_TRUE(never_aliases(a.out)) << "out aliases itself but was accepted; " << m.log;
+      EXPECT_LE(static_cast<__int128>(p.base.batch) * p.base.heads_q * p.base.seqlen_q, std::numeric_limits<int32_t>::max())
+          << m.log;
+    } else {
+      tally.reject(r, m.log);
     }
     if (::testing::Test::HasFailure()) break;
   }
