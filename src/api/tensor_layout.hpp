@@ -1,11 +1,16 @@
 // Layout facts of a (sizes, strides) view that validation needs for any input, however large or
-// malformed: computed with overflow checks, so that a check cannot itself overflow.
+// malformed: computed with overflow checks, so that a check cannot itself overflow. Shared by the
+// 4-dim (validate.cpp, KV cache, FP8) and the packed 3-dim (varlen) tensor checks.
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <utility>
+
+#include "api/messages.hpp"
+#include "hopattn/hopattn.hpp"
 
 namespace hopattn::detail {
 
@@ -49,12 +54,34 @@ inline bool layout_may_alias(const int64_t* sizes, const int64_t* strides, int n
   return false;
 }
 
+// "(a, b, c)": the first ndim entries of a sizes or strides array, for messages.
+inline std::string dims_text(const int64_t* v, int ndim) {
+  std::string s = "(";
+  for (int i = 0; i < ndim; ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + ")";
+}
+
+// A view's extent must fit in int64 bytes (after the sign checks); the message names `name`.
+inline Result check_extent(const char* name, const TensorRef& t, int ndim) {
+  if (layout_extent_bytes(t.sizes, t.strides, ndim, dtype_size(t.dtype)) >= 0) return {};
+  return fail(Status::kInvalidArgument, cat(name, ": sizes ", dims_text(t.sizes, ndim), " and strides ",
+                                            dims_text(t.strides, ndim), " reach beyond 2^63 bytes"));
+}
+
 }  // namespace hopattn::detail
 
-#include "hopattn/hopattn.hpp"
-
 namespace hopattn {
-// A 4-dim output's layout (validate.cpp): no two elements at one address, checked after
-// check_tensor_layout. Declared here, not in problem.hpp, which every kernel includes.
-Result check_output_layout(const char* name, const TensorRef& t);
+
+// An output tensor (out, dq, dk, dv and their packed varlen forms, a cache being appended to,
+// quantize_fp8's out): no element reachable by two index tuples, since each would be written by a
+// different CTA. Checked after the tensor's layout rules, which bound its extent.
+inline Result check_output_layout(const char* name, const TensorRef& t) {
+  const int ndim = std::clamp(t.ndim, 0, 4);
+  if (!detail::layout_may_alias(t.sizes, t.strides, ndim)) return {};
+  return detail::fail(Status::kInvalidArgument,
+                      detail::cat(name, ": strides ", detail::dims_text(t.strides, ndim),
+                                  " let two elements share an address (a stride of 0, or smaller than the dims inside "
+                                  "it); an output needs a layout without overlap"));
+}
+
 }  // namespace hopattn

@@ -40,10 +40,7 @@ Result check_tensor(const char* name, const TensorRef& t, Backend backend) {
   if (t.strides[3] != 1)
     return fail(Status::kInvalidArgument,
                 cat(name, ": last dim (head_dim) must be contiguous, got ", name, ".strides[3]=", t.strides[3]));
-  if (detail::layout_extent_bytes(t.sizes, t.strides, 4, dtype_size(t.dtype)) < 0)
-    return fail(Status::kInvalidArgument,
-                cat(name, ": sizes (", t.sizes[0], ", ", t.sizes[1], ", ", t.sizes[2], ", ", t.sizes[3], ") and strides (",
-                    t.strides[0], ", ", t.strides[1], ", ", t.strides[2], ", 1) reach beyond 2^63 bytes"));
+  if (Result r = detail::check_extent(name, t, 4); !r.ok()) return r;
   if (has_elements(t) && t.data == nullptr)
     return fail(Status::kInvalidArgument, cat(name, ".data is null"));
   if ((backend == Backend::kSm90 || backend == Backend::kSm90Fp8) && has_elements(t)) {
@@ -57,17 +54,6 @@ Result check_tensor(const char* name, const TensorRef& t, Backend backend) {
                     cat(name, ".strides[", i, "]=", t.strides[i], " is not a multiple of ", per16,
                         " elements (16 bytes)"));
   }
-  return {};
-}
-
-// An output tensor (out, dq, dk, dv): no element reachable by two index tuples, since each would be
-// written by a different CTA (checked after check_tensor, which bounds the extent).
-Result check_output(const char* name, const TensorRef& t) {
-  if (detail::layout_may_alias(t.sizes, t.strides, 4))
-    return fail(Status::kInvalidArgument,
-                cat(name, ": strides (", t.strides[0], ", ", t.strides[1], ", ", t.strides[2],
-                    ", 1) let two elements share an address (a stride of 0, or smaller than the dims inside it); an "
-                    "output needs a layout without overlap"));
   return {};
 }
 
@@ -123,7 +109,6 @@ Result check_like(const char* name, const TensorRef& t, const char* like_name, c
 }  // namespace
 
 Result check_tensor_layout(const char* name, const TensorRef& t, Backend backend) { return check_tensor(name, t, backend); }
-Result check_output_layout(const char* name, const TensorRef& t) { return check_output(name, t); }
 
 namespace {
 
@@ -197,7 +182,7 @@ Result validate_forward_args(const ForwardArgs& a, Backend backend, AttnProblem*
   if (backend == Backend::kCudaReference && d > kMaxReferenceHeadDim)
     return fail(Status::kUnsupported, cat("head_dim ", d, " exceeds the CUDA reference's limit of ", kMaxReferenceHeadDim));
   // Last, so that a shape or support problem is what a caller hears first.
-  if (Result r = out_written ? check_output("out", a.out) : Result{}; !r.ok()) return r;
+  if (Result r = out_written ? check_output_layout("out", a.out) : Result{}; !r.ok()) return r;
 
   p->batch = batch; p->seqlen_q = sq; p->seqlen_k = sk; p->heads_q = hq; p->heads_kv = hkv; p->head_dim = d;
   p->dtype = fp8 ? a.out.dtype : a.q.dtype;  // FP8: the output's (the kernel's instantiation key)
@@ -281,7 +266,7 @@ Result validate_backward(const BackwardArgs& a, Backend backend, AttnBackwardPro
                                           " has no sm90 backward kernel in this build (built: ",
                                           build_instantiation_list(), ")"));
   for (const auto& [name, t] : {std::pair<const char*, const TensorRef*>{"dq", &a.dq}, {"dk", &a.dk}, {"dv", &a.dv}})
-    if (Result r = check_output(name, *t); !r.ok()) return r;
+    if (Result r = check_output_layout(name, *t); !r.ok()) return r;
 
   p->fwd = fwd;
   p->dout = a.dout.data;

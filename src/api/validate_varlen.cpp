@@ -52,11 +52,8 @@ Result check_packed(const char* name, const TensorRef& t, Backend backend) {
   }
   if (t.strides[2] != 1)
     return fail(cat(name, ": last dim (head_dim) must be contiguous, got ", name, ".strides[2]=", t.strides[2]));
-  const int64_t extent = detail::layout_extent_bytes(t.sizes, t.strides, 3, dtype_size(t.dtype));
-  if (extent < 0)
-    return fail(cat(name, ": sizes (", t.sizes[0], ", ", t.sizes[1], ", ", t.sizes[2], ") and strides (", t.strides[0],
-                    ", ", t.strides[1], ", 1) reach beyond 2^63 bytes"));
-  const bool has_elements = extent > 0;
+  if (Result r = detail::check_extent(name, t, 3); !r.ok()) return r;
+  const bool has_elements = t.sizes[0] > 0 && t.sizes[1] > 0 && t.sizes[2] > 0;
   if (has_elements && t.data == nullptr) return fail(cat(name, ".data is null"));
   if (on_gpu(backend) && has_elements) {
     if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0) return fail(cat(name, ".data is not 16-byte aligned"));
@@ -65,15 +62,6 @@ Result check_packed(const char* name, const TensorRef& t, Backend backend) {
       if (t.sizes[i] > 1 && t.strides[i] % per16 != 0)
         return fail(cat(name, ".strides[", i, "]=", t.strides[i], " is not a multiple of ", per16, " elements (16 bytes)"));
   }
-  return {};
-}
-
-// A packed output (out, dq, dk, dv): no two elements at one address (each is one CTA's write).
-Result check_packed_output(const char* name, const TensorRef& t) {
-  if (detail::layout_may_alias(t.sizes, t.strides, 3))
-    return fail(cat(name, ": strides (", t.strides[0], ", ", t.strides[1],
-                    ", 1) let two elements share an address (a stride of 0, or smaller than the dims inside it); an "
-                    "output needs a layout without overlap"));
   return {};
 }
 
@@ -221,7 +209,7 @@ Result validate_forward_varlen(const VarlenForwardArgs& a, Backend backend, Varl
   if (fp8 && !has_fp8_kernel(a.out.dtype, static_cast<int>(d)))
     return Result{Status::kUnsupported, cat("head_dim ", d, " with output dtype ", dtype_name(a.out.dtype),
                                             " has no FP8 kernel in this build (built: ", build_instantiation_list(), ")")};
-  if (Result r = check_packed_output("out", a.out); !r.ok()) return r;  // last: shape and support come first
+  if (Result r = check_output_layout("out", a.out); !r.ok()) return r;  // last: shape and support come first
 
   p->batch = batch; p->total_q = total_q; p->total_k = total_k;
   p->heads_q = hq; p->heads_kv = hkv; p->head_dim = d;
@@ -308,7 +296,7 @@ Result validate_backward_varlen(const VarlenBackwardArgs& a, VarlenProblem* fwd,
                                             build_instantiation_list(), ")")};
   for (const auto& g : grads)
     if (g.t != &a.dout)
-      if (Result r = check_packed_output(g.name, *g.t); !r.ok()) return r;
+      if (Result r = check_output_layout(g.name, *g.t); !r.ok()) return r;
   p->fwd = to_attn_problem(*fwd);
   p->dout = a.dout.data;
   p->dq = a.dq.data;
