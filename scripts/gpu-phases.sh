@@ -2,8 +2,14 @@
 # Run ON THE GPU MACHINE from the repository root, with .gpu/ (scripts/gpu-pack.sh; the library may
 # be left xz'd) and, for A/B, libraries in .gpu-exp/ab/libhopattn-<name>.so.xz (carry both folders).
 # One device call does several phases, in the order given:
-#   gt    the GPU gtests on $LIB (GT_FILTER, default all; GT_T seconds, default 330)
-#   py    pytest in .gpu on $LIB (PY_ARGS, default tests/python; PY_T, default 300)
+#   gt    the GPU gtests on $LIB (GT_FILTER, default all; GT_T seconds, default 330). GT_SHARDS=N
+#         runs N processes at once (GoogleTest's own sharding), so that one shard's host work (input
+#         generation, comparisons, allocation) overlaps another's kernels; each shard writes a JSON
+#         report, and scripts/gtest_report.py prints the counts, the failures and the slowest suites
+#         (the suite's time is the largest fixed cost of a device session: know where it goes).
+#   py    pytest in .gpu on $LIB (PY_ARGS, default tests/python; PY_T, default 300). PY_SHARDS=N
+#         splits the test files of tests/python over N pytest processes (largest files first, each
+#         to the least loaded shard), each with its own --basetemp.
 #   san   scripts/gpu-sanitize.sh (memcheck, racecheck) on SAN_FILTER (default: backward tests)
 #   ab    bench/ab.py over every .gpu-exp/ab library, libhopattn-base first when present
 #         (AB_POINTS head_dim:seqlen:causal,..., AB_OP default backward, AB_ROUNDS default 3,
@@ -47,13 +53,41 @@ for phase in "$@"; do
   echo "=== $phase $(( $(date +%s) - t0 )) s lib=$LIB"
   case $phase in
     gt)
-      withlib $LIB timeout ${GT_T:-330} $p/bin/hopattn_gpu_tests --gtest_brief=1 --gtest_filter="${GT_FILTER:-*}" > $O/gt-$name.log 2>&1
-      echo "rc=$?"
-      grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED|tests ran' $O/gt-$name.log | sed 's/, where.*//' | head -12 ;;
+      n=${GT_SHARDS:-1}
+      if [ "$n" -le 1 ]; then
+        withlib $LIB timeout ${GT_T:-330} $p/bin/hopattn_gpu_tests --gtest_brief=1 --gtest_filter="${GT_FILTER:-*}" \
+          --gtest_output=json:$O/gt-$name.json > $O/gt-$name.log 2>&1
+        echo "rc=$?"
+        grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED|tests ran' $O/gt-$name.log | sed 's/, where.*//' | head -12
+        python3 scripts/gtest_report.py --top 8 $O/gt-$name.json | grep -v '^FAILED'
+      else
+        for i in $(seq 0 $((n - 1))); do
+          GTEST_TOTAL_SHARDS=$n GTEST_SHARD_INDEX=$i withlib $LIB timeout ${GT_T:-330} $p/bin/hopattn_gpu_tests --gtest_brief=1 \
+            --gtest_filter="${GT_FILTER:-*}" --gtest_output=json:$O/gt-$name-$i.json > $O/gt-$name-$i.log 2>&1 &
+        done
+        rcs=""; for job in $(jobs -p); do wait $job; rcs="$rcs $?"; done
+        echo "rc=$rcs (one per shard)"
+        python3 scripts/gtest_report.py --top 8 $(for i in $(seq 0 $((n - 1))); do echo $O/gt-$name-$i.json; done) | head -40
+      fi ;;
     py)
-      (cd $p && withlib $LIB env HOPATTN_REQUIRE_LIBRARY=1 timeout ${PY_T:-300} python3 -m pytest -q -x ${PY_ARGS:-tests/python} > $O/py.log 2>&1
-       echo "rc=$?")
-      tail -2 $O/py.log ;;
+      n=${PY_SHARDS:-1}
+      if [ "$n" -le 1 ]; then
+        (cd $p && withlib $LIB env HOPATTN_REQUIRE_LIBRARY=1 timeout ${PY_T:-300} python3 -m pytest -q -x ${PY_ARGS:-tests/python} > $O/py.log 2>&1
+         echo "rc=$?")
+        tail -2 $O/py.log
+      else
+        # Largest files first, each to the shard with the fewest bytes so far (a proxy for time).
+        (cd $p && ls -S tests/python/test_*.py | awk -v n=$n '{ best = 0; for (i = 1; i < n; ++i) if (load[i] < load[best]) best = i;
+             cmd = "wc -c < " $0; cmd | getline sz; close(cmd); load[best] += sz; files[best] = files[best] " " $0 }
+             END { for (i = 0; i < n; ++i) print files[i] }') > /tmp/py-shards
+        i=0
+        while read -r files; do
+          (cd $p && withlib $LIB env HOPATTN_REQUIRE_LIBRARY=1 timeout ${PY_T:-300} python3 -m pytest -q -p no:cacheprovider \
+             --basetemp=/tmp/pyt-$i $files > $O/py-$i.log 2>&1; echo "shard $i rc=$?: $(tail -1 $O/py-$i.log)") &
+          i=$((i + 1))
+        done < /tmp/py-shards
+        wait
+      fi ;;
     san)  # scripts/gpu-sanitize.sh on $LIB, under the default forward kernel only
       withlib $LIB env LIBDIR=$(libdir $LIB) SAN_KERNELS=ws timeout ${SAN_T:-180} bash scripts/gpu-sanitize.sh \
         "${SAN_FILTER:-Sm90/BackwardVsReference*bf16_d*_b2_h8x2_q255_k127_det:Sm90/BackwardVsReference*bf16_d*_b1_h8x2_q255_k127}"

@@ -1,0 +1,69 @@
+# scripts/gtest_report.py: the summary of sharded GPU gtest runs, on hand-written JSON reports in
+# GoogleTest's format (a pass, a failure, a skip, a disabled test, an unreadable shard).
+import importlib.util
+import json
+import pathlib
+
+import pytest
+
+_PATH = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "gtest_report.py"
+if not _PATH.exists():  # a GPU pack (scripts/gpu-pack.sh) carries tests/ and bench/ but not scripts/
+    pytest.skip("scripts/gtest_report.py is not in this tree", allow_module_level=True)
+_SPEC = importlib.util.spec_from_file_location("gtest_report", _PATH)
+gtest_report = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(gtest_report)
+
+
+def _case(name, time, result="COMPLETED", failure=None, status="RUN"):
+    case = {"name": name, "status": status, "result": result, "time": time}
+    if failure is not None:
+        case["failures"] = [{"failure": failure, "type": ""}]
+    return case
+
+
+def _write(path, suites):
+    report = {"tests": sum(len(s) for s in suites.values()), "testsuites": [
+        {"name": name, "testsuite": cases} for name, cases in suites.items()]}
+    path.write_text(json.dumps(report))
+    return str(path)
+
+
+@pytest.fixture
+def shards(tmp_path):
+    a = _write(tmp_path / "gt-0.json", {
+        "Sm90/ForwardVsReference": [_case("bf16_d64", "2.5s"), _case("bf16_d128", "0.5s", "SKIPPED")],
+        "KvCache": [_case("Paged", "1s", failure="test_kvcache.cpp:10\nValue of: ok\n  Actual: false")],
+    })
+    b = _write(tmp_path / "gt-1.json", {
+        "Sm90/ForwardVsReference": [_case("bf16_d256", "4s")],
+        "Disabled": [_case("DISABLED_x", "0s", status="NOTRUN")],
+    })
+    return a, b
+
+
+def test_counts_failures_and_time_over_shards(shards, capsys):
+    assert gtest_report.main(list(shards) + ["--top", "2"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "gtest: 2 passed, 1 failed, 1 skipped, 1 disabled, 5 in all; 8.0 s of test time"
+    assert "FAILED KvCache.Paged: test_kvcache.cpp:10" in out
+    suites = out.index("slowest suites (of 3):")
+    assert "7.0 s" in out[suites + 1] and "Sm90/ForwardVsReference" in out[suites + 1]
+    tests = out.index("slowest tests:")
+    assert out[tests + 1].endswith("Sm90/ForwardVsReference.bf16_d256")
+    assert out[tests + 2].endswith("Sm90/ForwardVsReference.bf16_d64")
+    assert len(out) == tests + 3  # --top 2
+
+
+def test_all_passed_is_status_zero(tmp_path, capsys):
+    ok = _write(tmp_path / "ok.json", {"S": [_case("a", "0.1s"), _case("b", "0s", "SKIPPED")]})
+    assert gtest_report.main([ok, "--top", "0"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["gtest: 1 passed, 0 failed, 1 skipped, 2 in all; 0.1 s of test time"]
+
+
+def test_a_missing_or_truncated_shard_is_a_failure(tmp_path, capsys):
+    # A shard killed by its timeout writes no JSON (or half of one): that must not read as green.
+    ok = _write(tmp_path / "ok.json", {"S": [_case("a", "0.1s")]})
+    (tmp_path / "cut.json").write_text('{"testsuites": [')
+    assert gtest_report.main([ok, str(tmp_path / "cut.json"), str(tmp_path / "absent.json")]) == 1
+    out = capsys.readouterr().out
+    assert out.count("UNREADABLE") == 2 and "absent.json" in out
