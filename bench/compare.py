@@ -387,6 +387,7 @@ def bench_point_bwd(torch, impls, timer, point, ref_max_seqlen, hopattn_bwd_buil
 FP8_HEADERS = {
     "fp8_e2e": "hopattn FP8",
     "fp8_kernel": "hopattn FP8 kernel",
+    "fp8_pv16": "hopattn FP8 16-bit PV",  # attention_fp8(quantize_v=False): only Q K^T in e4m3
     "hopattn": "hopattn bf16",
     "cudnn": "cuDNN",
     "fa2": "FA2 (SDPA flash)",
@@ -455,16 +456,17 @@ def fp8_output_stem(out_dir, date=None, tag=None):
 
 
 def fp8_check(errors, ref_name):
-    """The check cell from {"fp8_e2e": .., "fp8_kernel": ..}, each the rel L2 against the peer."""
+    """The check cell from {"fp8_e2e": .., "fp8_kernel": .., "fp8_pv16": ..}, each the rel L2
+    against the peer (fp8_pv16 absent when the library predates quantize_v)."""
     bad = []
-    e2e, kernel = errors.get("fp8_e2e"), errors.get("fp8_kernel")
-    if e2e is not None and not (math.isfinite(e2e) and e2e <= FP8_CHECK_REL_L2):
-        bad.append(f"attention_fp8 {e2e:.1e} vs {FP8_HEADERS.get(ref_name, ref_name)}")
-    if kernel is not None and not (math.isfinite(kernel) and kernel <= FP8_CHECK_REL_L2):
-        bad.append(f"forward_fp8 {kernel:.1e} vs {FP8_HEADERS.get(ref_name, ref_name)}")
+    for key, call in (("fp8_e2e", "attention_fp8"), ("fp8_kernel", "forward_fp8"),
+                      ("fp8_pv16", "attention_fp8(quantize_v=False)")):
+        err = errors.get(key)
+        if err is not None and not (math.isfinite(err) and err <= FP8_CHECK_REL_L2):
+            bad.append(f"{call} {err:.1e} vs {FP8_HEADERS.get(ref_name, ref_name)}")
     if bad:
         return "MISMATCH " + ", ".join(bad)
-    return "ok" if e2e is not None else "unchecked"
+    return "ok" if errors.get("fp8_e2e") is not None else "unchecked"
 
 
 def quantize_per_tensor(torch, x):
@@ -498,7 +500,10 @@ def make_fp8_impls(torch):
         v8, vd = quantize_v_per_head(torch, v)
         return (lambda: hopattn.forward_fp8(q8, k8, v8, qd, kd, vd, causal=causal)), _NoContext
 
-    impls = {"fp8_e2e": e2e, "fp8_kernel": kernel}
+    def pv16(q, k, v, causal):
+        return (lambda: hopattn.attention_fp8(q, k, v, causal=causal, quantize_v=False)), _NoContext
+
+    impls = {"fp8_e2e": e2e, "fp8_kernel": kernel, "fp8_pv16": pv16}
     impls.update({name: bf16[name] for name in ("hopattn", "cudnn", "fa2")})
     try:
         import flash_attn_interface  # FlashAttention-3 (hopper/ build of flash-attention)
@@ -558,8 +563,9 @@ def bench_point_fp8(torch, impls, timer, point):
     errors = {}
     if "fp8_e2e" in outputs and ref_name is not None:
         errors["fp8_e2e"] = rel_l2(outputs["fp8_e2e"], outputs[ref_name])
-    if "fp8_kernel" in outputs and ref_name is not None:
-        errors["fp8_kernel"] = rel_l2(outputs["fp8_kernel"], outputs[ref_name])
+    for key in ("fp8_kernel", "fp8_pv16"):
+        if key in outputs and ref_name is not None:
+            errors[key] = rel_l2(outputs[key], outputs[ref_name])
     if "fa3_fp8" in outputs and ref_name is not None:
         errors["fa3_fp8"] = rel_l2(outputs["fa3_fp8"], outputs[ref_name])  # recorded, not judged
     row["check_rel_l2"], row["check_against"] = errors, ref_name

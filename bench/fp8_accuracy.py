@@ -6,15 +6,17 @@ reference, non-causal.
 
 Default (CPU, numpy): the FP8 rows come from hopattn.fp8_reference, the numpy model of the FP8
 kernel's arithmetic (e4m3 rounding of Q, K, V and P; fp64 elsewhere), for per-tensor scaling, block
-quantisation only, incoherent processing only, and both; with torch and a Hopper GPU present, a row
-for hopattn's bf16 kernel is added. Query rows are processed in chunks so that 16k fits in memory.
+quantisation only, incoherent processing only, and both, and both with V and P in bf16
+(attention_fp8(quantize_v=False): only Q K^T in e4m3); with torch and a Hopper GPU present, a
+column for hopattn's bf16 kernel is added. Query rows are processed in chunks so that 16k fits in memory.
 
 --gpu (torch + a Hopper GPU + libhopattn): the kernels themselves on bf16 inputs, against an fp64
 reference computed with torch on the GPU from the same bf16 values: the bf16 kernel
 (hopattn.attention); FP8 with one scale per tensor, quantised in torch, then hopattn.forward_fp8;
 the same with a random Hadamard rotation of Q and K applied in torch first (as FlashAttention-3
 measured it); hopattn.attention_fp8 with block quantisation only, incoherent processing only (scales
-per (batch, head)), and both (the defaults). --attribution adds, at one shape, a torch fp64
+per (batch, head)), and both (the defaults), and both with quantize_v=False (V and P in 16 bits,
+only Q K^T in e4m3). --attribution adds, at one shape, a torch fp64
 simulation of "both" with one quantisation made exact at a time (V, P, Q/K): where the remaining
 error comes from.
 
@@ -40,12 +42,14 @@ except ImportError:
     sys.path.insert(0, str(REPO_ROOT / "python"))
 from hopattn import fp8_reference as f8  # noqa: E402
 
-VARIANTS = [  # (label, incoherent, granularity)
-    ("FP8 per-tensor", False, "tensor"),
-    ("FP8 block quantisation only", False, "block"),
-    ("FP8 incoherent processing only", True, "tensor"),
-    ("FP8 block + incoherent", True, "block"),
+VARIANTS = [  # (label, incoherent, granularity, quantize_v)
+    ("FP8 per-tensor", False, "tensor", True),
+    ("FP8 block quantisation only", False, "block", True),
+    ("FP8 incoherent processing only", True, "tensor", True),
+    ("FP8 block + incoherent", True, "block", True),
+    ("FP8 block + incoherent, 16-bit P V", True, "block", False),
 ]
+BOTH, PV16 = 3, 4  # VARIANTS' indices of the two rows the ratios compare with per-tensor
 
 CPU_SEQLENS = [1024, 4096]
 GPU_SEQLENS = [1024, 4096, 16384]
@@ -108,8 +112,8 @@ def run_cpu(args):
     batch = args.batch or 1
     labels = [v[0] for v in VARIANTS]
     rows = []
-    lines = ["| head_dim | seqlen | " + " | ".join(labels) + " | bf16 kernel | per-tensor / both |",
-             "|---:|---:|" + "---:|" * (len(labels) + 2)]
+    lines = ["| head_dim | seqlen | " + " | ".join(labels) + " | bf16 kernel | per-tensor / both | per-tensor / 16-bit P V |",
+             "|---:|---:|" + "---:|" * (len(labels) + 3)]
     print(lines[0])
     print(lines[1])
     for d in args.head_dims:
@@ -119,16 +123,19 @@ def run_cpu(args):
             q, k, v = (f8.outlier_inputs((batch, s, heads, d), rng) for _ in range(3))
             ref = chunked(lambda qc: f8.attention_fp64(qc, k, v), q)
             errs = []
-            for _, incoherent, gran in VARIANTS:
-                qd, kd, vd = f8.fp8_inputs(q, k, v, incoherent, gran, seed=args.seed)
-                errs.append(f8.rmse(chunked(lambda qc: f8.attention_from_fp8(qc, kd, vd), qd), ref))
+            for _, incoherent, gran, quantize_v in VARIANTS:
+                qd, kd, vd = f8.fp8_inputs(q, k, v, incoherent, gran, seed=args.seed, quantize_v=quantize_v)
+                p_format = "e4m3" if quantize_v else "bf16"
+                errs.append(f8.rmse(chunked(lambda qc: f8.attention_from_fp8(qc, kd, vd, p_format=p_format), qd), ref))
             bf16 = bf16_kernel_rmse(q, k, v, ref)
-            cells = [f"{e:.2e}" for e in errs] + ["—" if bf16 is None else f"{bf16:.2e}", f"{errs[0] / errs[-1]:.2f}x"]
+            cells = [f"{e:.2e}" for e in errs] + ["—" if bf16 is None else f"{bf16:.2e}", f"{errs[0] / errs[BOTH]:.2f}x",
+                                                  f"{errs[0] / errs[PV16]:.2f}x"]
             lines.append(f"| {d} | {s} | " + " | ".join(cells) + " |")
             print(lines[-1], flush=True)
             print(f"  ({time.time() - t0:.0f} s)", file=sys.stderr)
             rows.append(dict(head_dim=d, seqlen=s, batch=batch, heads=heads,
-                             rmse=dict(zip(labels, errs), **{"bf16 kernel": bf16}), ratio=errs[0] / errs[-1]))
+                             rmse=dict(zip(labels, errs), **{"bf16 kernel": bf16}), ratio=errs[0] / errs[BOTH],
+                             ratio_pv16=errs[0] / errs[PV16]))
     return dict(mode="cpu (numpy model)", rows=rows), "\n".join(lines)
 
 
@@ -141,7 +148,8 @@ GPU_VARIANTS = [  # (key, table header)
     ("block", "FP8 block only"),
     ("incoherent", "FP8 incoherent only"),
     ("both_qk", "FP8 block + incoherent (Q, K rotated)"),
-    ("both", "FP8 block + incoherent (Q, K, V rotated)"),
+    ("both", "FP8 block + incoherent (attention_fp8's defaults)"),
+    ("pv16", "FP8 block + incoherent, 16-bit P V"),
 ]
 
 
@@ -243,6 +251,7 @@ def measure_point(torch, hopattn, batch, seqlen, heads, d, seed, budget):
     err["incoherent"] = rmse_t(hopattn.attention_fp8(q, k, v, incoherent=True, block_quant=False, seed=seed), ref)
     err["both_qk"] = rmse_t(hopattn.attention_fp8(q, k, v, seed=seed, rotate_v=False), ref)
     err["both"] = rmse_t(hopattn.attention_fp8(q, k, v, seed=seed), ref)
+    err["pv16"] = rmse_t(hopattn.attention_fp8(q, k, v, seed=seed, quantize_v=False), ref)
     return err
 
 
@@ -301,8 +310,8 @@ def run_gpu(args):
                   hopattn_version=hopattn.version(), seed=args.seed, reference="fp64 (torch, GPU) of the bf16 inputs",
                   variants=dict(GPU_VARIANTS), rows=[])
     headers = [h for _, h in GPU_VARIANTS]
-    lines = ["| head_dim | seqlen | batch | heads | " + " | ".join(headers) + " | per-tensor / both |",
-             "|---:|---:|---:|---:|" + "---:|" * (len(headers) + 1)]
+    lines = ["| head_dim | seqlen | batch | heads | " + " | ".join(headers) + " | per-tensor / both | per-tensor / 16-bit P V |",
+             "|---:|---:|---:|---:|" + "---:|" * (len(headers) + 2)]
     if not args.no_grid:
         for d in args.head_dims:
             heads = args.heads or max(1, GPU_HIDDEN // d)
@@ -315,9 +324,11 @@ def run_gpu(args):
                     err = {key: None for key, _ in GPU_VARIANTS}
                 torch.cuda.empty_cache()
                 ratio = err["tensor"] / err["both"] if err["tensor"] and err["both"] else None
-                result["rows"].append(dict(head_dim=d, seqlen=s, batch=batch, heads=heads, rmse=err, ratio=ratio))
+                ratio_pv16 = err["tensor"] / err["pv16"] if err["tensor"] and err["pv16"] else None
+                result["rows"].append(dict(head_dim=d, seqlen=s, batch=batch, heads=heads, rmse=err, ratio=ratio,
+                                           ratio_pv16=ratio_pv16))
                 cells = ["n/a" if err[key] is None else f"{err[key]:.2e}" for key, _ in GPU_VARIANTS]
-                cells.append("n/a" if ratio is None else f"{ratio:.2f}x")
+                cells += ["n/a" if r is None else f"{r:.2f}x" for r in (ratio, ratio_pv16)]
                 lines.append(f"| {d} | {s} | {batch} | {heads} | " + " | ".join(cells) + " |")
                 print(lines[-1] + f"  ({time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
     text = []

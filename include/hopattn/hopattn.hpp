@@ -241,6 +241,10 @@ struct Fp8AttentionArgs {
   bool block_quant = true;  // one scale per 128-row block of Q and K; false: per (batch, head)
   bool rotate_v = false;    // with incoherent: rotate V as well (O is rotated back in the kernel)
   uint32_t seed = 0;
+  // false: only Q K^T runs in e4m3. V stays in the inputs' 16-bit type and P is rounded to it, so
+  // P V runs at the 16-bit rate and V needs no pre-pass. On the paper's outlier inputs this removes
+  // V's e4m3 rounding, ~40% of the remaining squared error (docs/perf-notes.md). Not with rotate_v.
+  bool quantize_v = true;
 };
 
 // Device scratch attention_fp8 needs (the e4m3 copies of q, k and v and their descales).

@@ -11,7 +11,7 @@
 extern "C" {
 #endif
 
-#define HOPATTN_ABI_VERSION 11
+#define HOPATTN_ABI_VERSION 12
 
 enum hopattn_status {
   HOPATTN_SUCCESS = 0,
@@ -86,6 +86,7 @@ typedef struct hopattn_fp8_attention_args {
   int32_t block_quant; /* one scale per 128 rows (else per (batch, head)) */
   uint32_t seed;
   int32_t rotate_v; /* with incoherent: rotate V too; O is rotated back inside */
+  int32_t quantize_v; /* ABI 12. 0: V and P stay 16-bit, only Q K^T in e4m3 (Fp8AttentionArgs::quantize_v) */
 } hopattn_fp8_attention_args;
 
 typedef struct hopattn_fp8_fwd_args {

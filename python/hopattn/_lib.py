@@ -11,7 +11,7 @@ from pathlib import Path
 # varlen structs and entry points (hopattn_fp8_varlen_attention_args, hopattn_fp8_varlen_fwd_args).
 # 10: hopattn_forward_varlen_with_workspace and its size query (the dynamic tile order's counter).
 # 11: hopattn_forward_with_workspace (the forward's tail split).
-ABI_VERSION = 11
+ABI_VERSION = 12
 
 # enum hopattn_dtype
 DTYPE_BF16 = 0
@@ -159,6 +159,7 @@ class HopattnFp8AttentionArgs(ctypes.Structure):
         ("block_quant", ctypes.c_int32),
         ("seed", ctypes.c_uint32),
         ("rotate_v", ctypes.c_int32),
+        ("quantize_v", ctypes.c_int32),
     ]
 
 
@@ -542,12 +543,12 @@ def make_varlen_bwd_args(q, k, v, out, dout, lse, dq, dk, dv, cu_seqlens_q, cu_s
 
 
 def make_fp8_attention_args(q, k, v, out, lse, causal: bool, softmax_scale, incoherent: bool, block_quant: bool,
-                            seed: int, rotate_v: bool = False) -> HopattnFp8AttentionArgs:
+                            seed: int, rotate_v: bool = False, quantize_v: bool = True) -> HopattnFp8AttentionArgs:
     """Pack HopattnTensors into HopattnFp8AttentionArgs; lse may be None (not computed)."""
     has_scale, scale = _scale_fields(softmax_scale)
     return HopattnFp8AttentionArgs(
         q, k, v, out, HopattnTensor() if lse is None else lse, 1 if causal else 0, has_scale, scale,
-        1 if incoherent else 0, 1 if block_quant else 0, seed, 1 if rotate_v else 0,
+        1 if incoherent else 0, 1 if block_quant else 0, seed, 1 if rotate_v else 0, 1 if quantize_v else 0,
     )
 
 

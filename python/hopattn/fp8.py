@@ -99,7 +99,7 @@ def _descale_arg(torch, name, d, shape, device):
 
 
 def attention_fp8(q, k, v, causal=False, softmax_scale=None, incoherent=True, block_quant=True, seed=0, return_lse=False,
-                  rotate_v=False):
+                  rotate_v=False, quantize_v=True):
     """Softmax attention with FP8 (e4m3) tensor-core math, FlashAttention-3's FP8 forward.
 
     q: (batch, seqlen_q, heads_q, head_dim), k, v: (batch, seqlen_k, heads_kv, head_dim): torch
@@ -118,6 +118,11 @@ def attention_fp8(q, k, v, causal=False, softmax_scale=None, incoherent=True, bl
     before writing it. Off by default: on the paper's outlier inputs it did not change the error
     (docs/perf-notes.md) and costs a pass over V. P is rounded to e4m3 before P V; the row sums, O
     and lse are fp32.
+
+    quantize_v=False: only Q K^T runs in e4m3. V is read as it is (no pass over it) and P is rounded
+    to q's 16-bit dtype, so P V runs at the 16-bit tensor-core rate. On the paper's outlier inputs
+    e4m3 V is ~40% of the remaining squared error, which this removes (bench/fp8_accuracy.py).
+    Fixed-length batches only; not with rotate_v.
 
     causal, softmax_scale (default 1/sqrt(head_dim)) and the rows that see no key are as in
     hopattn.attention. Returns out (batch, seqlen_q, heads_q, head_dim) in q's dtype, contiguous,
@@ -147,6 +152,7 @@ def attention_fp8(q, k, v, causal=False, softmax_scale=None, incoherent=True, bl
             block_quant,
             seed,
             rotate_v,
+            quantize_v,
         )
         # 0 when the arguments are invalid: the call below then reports what is wrong.
         nbytes = int(lib.hopattn_attention_fp8_workspace_size(ctypes.byref(args)))

@@ -39,6 +39,16 @@ def round_to_e4m3(x: np.ndarray) -> np.ndarray:
     return np.copysign(r, x)
 
 
+def round_to_bf16(x: np.ndarray) -> np.ndarray:
+    """Rounds to the nearest bfloat16 (8 significant bits, ties to even), as the 16-bit P V path
+    stores V and P (attention_fp8 with quantize_v=False). Finite inputs within float32's range; via
+    float32, so a float64 value within half a float32 ulp of a bf16 tie may round the other way,
+    which no error measurement here can see. Returns float64."""
+    bits = np.ascontiguousarray(np.asarray(x, dtype=np.float32)).view(np.uint32).astype(np.uint64)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return bits.astype(np.uint32).view(np.float32).astype(np.float64)
+
+
 def hadamard(d: int) -> np.ndarray:
     """The d x d Sylvester Hadamard matrix (entries ±1); d must be a power of two."""
     if d < 1 or d & (d - 1):
@@ -134,10 +144,11 @@ def attention_fp64(q, k, v, causal=False, scale=None, mask=None, return_lse=Fals
     return (out, lse) if return_lse else out
 
 
-def fp8_inputs(q, k, v, incoherent=True, granularity="block", block_m=128, block_n=128, seed=0):
+def fp8_inputs(q, k, v, incoherent=True, granularity="block", block_m=128, block_n=128, seed=0, quantize_v=True):
     """Q, K, V as the FP8 kernel sees them, dequantised to float64: Q and K rotated by the same
     random_rotation(d, seed) when `incoherent`, Q quantised in tiles of block_m rows, K and V in
-    tiles of block_n rows (for granularity="block"; see quantize for the others)."""
+    tiles of block_n rows (for granularity="block"; see quantize for the others). quantize_v=False
+    (the 16-bit P V kernels): V is only rounded to bf16."""
     q, k, v = (np.asarray(t, dtype=np.float64) for t in (q, k, v))
     if incoherent:
         # x @ M = (x * signs) @ H / sqrt(d): the signs act before the Hadamard transform. (x @ M^T
@@ -145,7 +156,8 @@ def fp8_inputs(q, k, v, incoherent=True, granularity="block", block_m=128, block
         # error unchanged, and make the seed irrelevant.)
         m = random_rotation(q.shape[-1], seed)
         q, k = q @ m, k @ m
-    return quantize(q, granularity, block_m)[0], quantize(k, granularity, block_n)[0], quantize(v, granularity, block_n)[0]
+    vd = quantize(v, granularity, block_n)[0] if quantize_v else round_to_bf16(v)
+    return quantize(q, granularity, block_m)[0], quantize(k, granularity, block_n)[0], vd
 
 
 # The kernel converts 2^P_EXPONENT_BIAS * P to e4m3 (BlockScaledSoftmax in src/sm90/ws/softmax.cuh):
@@ -158,12 +170,16 @@ def round_p_to_e4m3(p: np.ndarray) -> np.ndarray:
     return round_to_e4m3(p * 2.0**P_EXPONENT_BIAS) * 2.0**-P_EXPONENT_BIAS
 
 
-def attention_from_fp8(qd, kd, vd, causal=False, quantize_p=True):
+def attention_from_fp8(qd, kd, vd, causal=False, quantize_p=True, p_format="e4m3"):
     """The FP8 kernel's arithmetic on dequantised inputs: S and the softmax in float64, P (which
-    is exp(s - rowmax) in (0, 1]) rounded as round_p_to_e4m3 before P·V when `quantize_p`, the row
-    sum taken over the unrounded P (the kernel sums fp32 P). Rows are independent when not causal,
-    so a caller may pass a slice of query rows to bound memory."""
-    return _attention(qd, kd, vd, causal, None, None, round_p_to_e4m3 if quantize_p else None)[0]
+    is exp(s - rowmax) in (0, 1]) rounded as round_p_to_e4m3 before P·V when `quantize_p` (or to
+    bf16 with p_format="bf16", the 16-bit P V kernels), the row sum taken over the unrounded P (the
+    kernel sums fp32 P). Rows are independent when not causal, so a caller may pass a slice of
+    query rows to bound memory."""
+    if p_format not in ("e4m3", "bf16"):
+        raise ValueError(f"p_format must be 'e4m3' or 'bf16', got {p_format!r}")
+    round_p = (round_p_to_e4m3 if p_format == "e4m3" else round_to_bf16) if quantize_p else None
+    return _attention(qd, kd, vd, causal, None, None, round_p)[0]
 
 
 def attention_fp8_simulated(
@@ -177,11 +193,13 @@ def attention_fp8_simulated(
     block_n=128,
     seed=0,
     quantize_p=True,
+    quantize_v=True,
 ):
-    """FP8 attention as the kernel computes it (fp8_inputs, then attention_from_fp8).
+    """FP8 attention as the kernel computes it (fp8_inputs, then attention_from_fp8); with
+    quantize_v=False as attention_fp8(quantize_v=False) does: V and P in bf16.
     Returns O (batch, seqlen_q, heads, d) in float64."""
-    qd, kd, vd = fp8_inputs(q, k, v, incoherent, granularity, block_m, block_n, seed)
-    return attention_from_fp8(qd, kd, vd, causal, quantize_p)
+    qd, kd, vd = fp8_inputs(q, k, v, incoherent, granularity, block_m, block_n, seed, quantize_v)
+    return attention_from_fp8(qd, kd, vd, causal, quantize_p, "e4m3" if quantize_v else "bf16")
 
 
 def outlier_inputs(shape, rng, outlier_std=10.0, outlier_prob=0.001):

@@ -58,13 +58,17 @@ bool runs_kernel(const AttnProblem& p) {
 }
 
 // The options of the one-call path (Fp8AttentionArgs / Fp8VarlenAttentionArgs).
+// quantize_v false (fixed-length only): V stays 16-bit and the kernel's P V runs in that type.
 struct QuantOptions {
   bool incoherent = true, block_quant = true, rotate_v = false;
   uint32_t seed = 0;
+  bool quantize_v = true;
 };
-template <class Args>
-QuantOptions quant_options(const Args& a) {
-  return QuantOptions{a.incoherent, a.block_quant, a.incoherent && a.rotate_v, a.seed};
+QuantOptions quant_options(const Fp8AttentionArgs& a) {
+  return QuantOptions{a.incoherent, a.block_quant, a.incoherent && a.rotate_v, a.seed, a.quantize_v};
+}
+QuantOptions quant_options(const Fp8VarlenAttentionArgs& a) {
+  return QuantOptions{a.incoherent, a.block_quant, a.incoherent && a.rotate_v, a.seed, true};
 }
 
 // The one-call path's workspace: e4m3 q, k (contiguous), V^T, the three descale arrays, and with a
@@ -78,7 +82,8 @@ struct AttentionFp8Workspace {
 AttentionFp8Workspace plan_workspace(const AttnProblem& p, const QuantOptions& o) {
   AttentionFp8Workspace w;
   if (!runs_kernel(p)) return w;
-  w.key_tile = heuristics::fp8_key_tile(p.head_dim, p.seqlen_k, p.varlen());
+  // The 16-bit P V kernels have one key tile per head dim (Fp8FwdConfig's kPv16).
+  w.key_tile = o.quantize_v ? heuristics::fp8_key_tile(p.head_dim, p.seqlen_k, p.varlen()) : 0;
   static_assert(sm90::fp8::kWideKeyBlock == 224, "heuristics::fp8_key_tile names the wide tile as 224");
   w.nq = o.block_quant ? fp8_blocks(p.seqlen_q) : 1;
   w.nk = o.block_quant ? fp8_blocks(p.seqlen_k, w.key_tile != 0 ? w.key_tile : kFp8BlockRows) : 1;
@@ -90,11 +95,11 @@ AttentionFp8Workspace plan_workspace(const AttnProblem& p, const QuantOptions& o
   };
   w.q8 = take(std::size_t(q_rows(p) * p.heads_q * p.head_dim));
   w.k8 = take(std::size_t(k_rows(p) * p.heads_kv * p.head_dim));
-  w.vt = take(vt_bytes(p));
+  w.vt = take(o.quantize_v ? vt_bytes(p) : 0);
   w.counter = take(counter_bytes(p));  // where tile_counter(p, vt) finds it
   w.q_descale = take(sizeof(float) * std::size_t(p.batch * p.heads_q * w.nq));
   w.k_descale = take(sizeof(float) * std::size_t(p.batch * p.heads_kv * w.nk));
-  w.v_descale = take(sizeof(float) * std::size_t(p.batch * p.heads_kv));
+  w.v_descale = take(o.quantize_v ? sizeof(float) * std::size_t(p.batch * p.heads_kv) : 0);
   if (o.rotate_v) w.v8 = take(std::size_t(k_rows(p) * p.heads_kv * p.head_dim));
   w.total = at;
   return w;
@@ -181,6 +186,14 @@ Fp8AttnProblem quantised_problem(const AttnProblem& p, const QuantOptions& o, co
   prob.key_tile = w.key_tile;
   prob.unrotate_o = o.rotate_v;
   prob.o_rotation_seed = o.seed;
+  if (!o.quantize_v) {  // the caller's 16-bit V, read by the kernel as it is
+    prob.pv16 = true;
+    prob.base.v = p.v;
+    for (int i = 0; i < 3; ++i) prob.base.v_stride[i] = p.v_stride[i];
+    prob.vt = nullptr;
+    prob.v_descale = nullptr;
+    prob.v_descale_stride[0] = prob.v_descale_stride[1] = 0;
+  }
   return prob;
 }
 
@@ -231,6 +244,8 @@ Result run_attention_fp8(const AttnProblem& p, const QuantOptions& o, void* work
                           o.block_quant, w.key_tile, "FP8 quantise k");
       !r.ok())
     return r;
+
+  if (!o.quantize_v) return launch_attention(quantised_problem(p, o, w, ws), stream);  // V as it is
 
   // V: quantised per (batch entry, kv head) into the kernel's V^T layout: directly, or when rotated
   // via an e4m3 copy in the ordinary layout (the rotation needs whole rows; the re-layout moves bytes).

@@ -116,6 +116,7 @@ int to_args(const hopattn_fp8_attention_args* a, hopattn::Fp8AttentionArgs* out)
   out->block_quant = a->block_quant != 0;
   out->seed = a->seed;
   out->rotate_v = a->rotate_v != 0;
+  out->quantize_v = a->quantize_v != 0;
   return HOPATTN_SUCCESS;
 }
 

@@ -127,6 +127,9 @@ struct Fp8AttnProblem {
   // V^T holds V M (M = random_rotation(head_dim, o_rotation_seed)): the kernel writes O M^T.
   bool unrotate_o = false;
   uint32_t o_rotation_seed = 0;
+  // e4m3 only for Q K^T: base.v is V in base.dtype (the output's 16-bit type) with its strides, P
+  // is rounded to that type, and vt, v_descale and key_tile are unused (null, null, 0). Fixed-length.
+  bool pv16 = false;
 };
 
 // kSm90Fp8: the FP8 forward (q/k/v e4m3, or 16-bit for attention_fp8; out bf16/fp16).

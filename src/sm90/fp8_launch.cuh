@@ -19,9 +19,15 @@ cudaError_t run_fwd_fp8(const Fp8AttnProblem& prob, cudaStream_t stream) {
   using ws::Fp8FwdConfig;
   using ws::kStageE;
   if (pr.varlen()) {  // packed batches (attention_fp8_varlen): V^T in the packed layout, 128-key tiles
-    if (prob.key_tile != 0) return cudaErrorInvalidValue;
+    if (prob.key_tile != 0 || prob.pv16) return cudaErrorInvalidValue;
     return pr.causal ? ws::launch_ws_config<Fp8FwdConfig<kOutDType, kHeadDim, true, kStageE, 0, 0, true>>(prob, pr, stream)
                      : ws::launch_ws_config<Fp8FwdConfig<kOutDType, kHeadDim, false, kStageE, 0, 0, true>>(prob, pr, stream);
+  }
+  if (prob.pv16) {  // attention_fp8 with quantize_v = false: 16-bit V and P, the config's own key tile
+    if (prob.key_tile != 0 || prob.vt != nullptr || prob.unrotate_o) return cudaErrorInvalidValue;
+    using Pv16Causal = Fp8FwdConfig<kOutDType, kHeadDim, true, kStageE, 0, 0, false, true>;
+    using Pv16Full = Fp8FwdConfig<kOutDType, kHeadDim, false, kStageE, 0, 0, false, true>;
+    return pr.causal ? ws::launch_ws_config<Pv16Causal>(prob, pr, stream) : ws::launch_ws_config<Pv16Full>(prob, pr, stream);
   }
   if constexpr (kHeadDim == 128) {
     if (prob.key_tile == fp8::kWideKeyBlock) {  // K descales per 224 rows or per head

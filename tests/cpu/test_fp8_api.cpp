@@ -6,8 +6,10 @@
 #include <cstdint>
 #include <string>
 
+#include "../common/c_abi_util.hpp"
 #include "api/problem.hpp"
 #include "hopattn/hopattn.hpp"
+#include "hopattn/hopattn_c.h"
 
 namespace hopattn::test {
 namespace {
@@ -236,6 +238,47 @@ TEST(Fp8Validation, QuantizeArgumentsAreChecked) {
   expect_error(quantize_fp8(a), Status::kInvalidArgument, "in: batch x heads x seqlen = 8388608 x ");
 }
 
+// quantize_v = false leaves V unquantised, so a rotated V (which exists only to be quantised) is
+// refused, naming rotate_v; without the rotation rotate_v is ignored, as elsewhere.
+TEST(Fp8Validation, SixteenBitVRefusesRotateV) {
+  Fp8AttentionArgs a = valid_attention_args();
+  a.quantize_v = false;
+  EXPECT_NE(run(a).status, Status::kInvalidArgument) << run(a).message;
+  a.rotate_v = true;
+  expect_error(run(a), Status::kInvalidArgument, "rotate_v: must be false with quantize_v = false");
+  EXPECT_EQ(attention_fp8_workspace_size(a), 0u);
+  a.incoherent = false;
+  EXPECT_NE(run(a).status, Status::kInvalidArgument) << run(a).message;
+  a = valid_attention_args();
+  a.quantize_v = false;
+  a.v.dtype = DType::kE4M3;  // the 16-bit V must still be 16-bit
+  expect_error(run(a), Status::kInvalidArgument, "v: dtype must be bf16 or fp16 for attention_fp8");
+}
+
+// The C struct's quantize_v (ABI 12) reaches the C++ call: the workspace follows it, and with
+// rotate_v it gives the C++ call's error.
+TEST(Fp8CAbi, QuantizeVReachesTheCppCall) {
+  const Fp8AttentionArgs a = valid_attention_args();
+  hopattn_fp8_attention_args c{};
+  c.q = to_c(a.q), c.k = to_c(a.k), c.v = to_c(a.v), c.out = to_c(a.out);
+  c.incoherent = 1, c.block_quant = 1, c.quantize_v = 1;
+  EXPECT_EQ(hopattn_attention_fp8_workspace_size(&c), attention_fp8_workspace_size(a));
+  Fp8AttentionArgs v16 = a;
+  v16.quantize_v = false;
+  c.quantize_v = 0;
+  EXPECT_EQ(hopattn_attention_fp8_workspace_size(&c), attention_fp8_workspace_size(v16));
+  EXPECT_LT(attention_fp8_workspace_size(v16), attention_fp8_workspace_size(a));
+  c.rotate_v = 1;
+  EXPECT_EQ(hopattn_attention_fp8(&c, fake(), size_t{1} << 30, nullptr), HOPATTN_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(hopattn_last_error()).find("rotate_v: must be false"), std::string::npos) << hopattn_last_error();
+  EXPECT_EQ(hopattn_attention_fp8_workspace_size(&c), 0u);  // invalid: no size
+  c.quantize_v = 1;  // rotate_v with a quantised V is valid (and takes V's rotated copy too)
+  Fp8AttentionArgs rotated = a;
+  rotated.rotate_v = true;
+  EXPECT_EQ(hopattn_attention_fp8_workspace_size(&c), attention_fp8_workspace_size(rotated));
+  EXPECT_GT(attention_fp8_workspace_size(rotated), attention_fp8_workspace_size(a));
+}
+
 TEST(Fp8Workspace, SizesFollowTheLayout) {
   // forward_fp8: V^T with seqlen_k padded to 128: 2 * 2 * 128 * 256 bytes.
   EXPECT_EQ(forward_fp8_workspace_size(valid_fp8_args()), size_t(kB * kHkv * kD * 256));
@@ -256,6 +299,11 @@ TEST(Fp8Workspace, SizesFollowTheLayout) {
   const size_t want_per_head = up(kB * kSq * kHq * kD) + up(kB * kSk * kHkv * kD) + up(kB * kHkv * kD * 256) +
                                up(4 * kB * kHq) + up(4 * kB * kHkv) + up(4 * kB * kHkv);
   EXPECT_EQ(attention_fp8_workspace_size(per_head), want_per_head);
+  // quantize_v = false: no V^T and no V descale; the kernel reads the caller's 16-bit V.
+  Fp8AttentionArgs v16 = valid_attention_args();
+  v16.quantize_v = false;
+  EXPECT_EQ(attention_fp8_workspace_size(v16), up(kB * kSq * kHq * kD) + up(kB * kSk * kHkv * kD) + up(4 * kB * kHq * 3) +
+                                                   up(4 * kB * kHkv * 2));
   Fp8AttentionArgs bad = valid_attention_args();
   bad.q.dtype = DType::kFP32;
   EXPECT_EQ(attention_fp8_workspace_size(bad), 0u);  // invalid: no size

@@ -194,11 +194,13 @@ struct E2eCase {
   bool causal, incoherent, block_quant;
   int64_t seqlen_q, seqlen_k, heads_q, heads_kv, batch;
   bool rotate_v = false;  // V rotated too, O rotated back in the kernel
+  bool quantize_v = true;  // false: V and P stay 16-bit (Fp8AttentionArgs::quantize_v)
 };
 
 std::string e2e_name(const E2eCase& c) {
   return std::string(dtype_name(c.dtype)) + "_d" + std::to_string(c.head_dim) + (c.causal ? "_causal" : "_full") +
-         (c.incoherent ? "_rot" : "_norot") + (c.rotate_v ? "v" : "") + (c.block_quant ? "_block" : "_head") + "_b" +
+         (c.incoherent ? "_rot" : "_norot") + (c.rotate_v ? "v" : "") + (c.block_quant ? "_block" : "_head") +
+         (c.quantize_v ? "" : "_pv16") + "_b" +
          std::to_string(c.batch) +
          "_h" + std::to_string(c.heads_q) + "x" + std::to_string(c.heads_kv) + "_q" + std::to_string(c.seqlen_q) + "_k" +
          std::to_string(c.seqlen_k);
@@ -214,12 +216,18 @@ std::vector<E2eCase> make_e2e_cases() {
       cases.push_back({DType::kBF16, d, causal, true, false, 300, 300, 2, 2, 2});
       cases.push_back({DType::kBF16, d, causal, true, true, 1000, 1000, 4, 2, 2, true});
       cases.push_back({DType::kFP16, d, causal, true, true, 17, 300, 4, 4, 1, true});
+      // 16-bit V and P: d256 takes 64-key tiles there, so 1000 keys end mid-tile at both widths.
+      cases.push_back({DType::kBF16, d, causal, true, true, 1000, 1000, 4, 2, 2, false, false});
+      cases.push_back({DType::kFP16, d, causal, true, true, 17, 300, 4, 4, 1, false, false});
+      cases.push_back({DType::kFP16, d, causal, false, true, 255, 127, 4, 1, 1, false, false});
+      cases.push_back({DType::kBF16, d, causal, true, false, 300, 65, 2, 2, 2, false, false});
     }
   return cases;
 }
 
-// attention_fp8 on random inputs against the CUDA reference on the same 16-bit inputs.
-void check_attention_fp8(const E2eCase& c) {
+// attention_fp8 on random inputs against the CUDA reference on the same 16-bit inputs; the
+// relative L2 error of out goes to *err when given.
+void check_attention_fp8(const E2eCase& c, double* err = nullptr) {
   const int64_t b = c.batch, sq = c.seqlen_q, sk = c.seqlen_k, hq = c.heads_q, hkv = c.heads_kv, d = c.head_dim;
   const int64_t nq = b * sq * hq * d, nk = b * sk * hkv * d, nlse = b * hq * sq;
   const uint64_t seed = std::hash<std::string>{}(e2e_name(c));
@@ -240,6 +248,7 @@ void check_attention_fp8(const E2eCase& c) {
   a.incoherent = c.incoherent;
   a.block_quant = c.block_quant;
   a.rotate_v = c.rotate_v;
+  a.quantize_v = c.quantize_v;
   a.seed = 7;
   const size_t ws_bytes = attention_fp8_workspace_size(a);
   DeviceBuffer ws(ws_bytes);
@@ -267,6 +276,7 @@ void check_attention_fp8(const E2eCase& c) {
   EXPECT_LE(out_err, 6e-2) << e2e_name(c);
   EXPECT_LE(lse_excess(lg, lr, 0.1, 5e-3), 1.0) << e2e_name(c) << ": lse max |err| " << max_abs_error(lg, lr);
   ::testing::Test::RecordProperty("out_rel_l2", std::to_string(out_err));
+  if (err != nullptr) *err = out_err;
 }
 
 class Fp8AttentionVsReference : public ::testing::TestWithParam<E2eCase> {};
@@ -276,6 +286,69 @@ TEST_P(Fp8AttentionVsReference, MatchesFp64ReferenceWithinQuantisationError) {
   const E2eCase c = GetParam();
   if (find_fp8_kernel(c.dtype, c.head_dim) == nullptr) GTEST_SKIP() << "not built";
   check_attention_fp8(c);
+}
+
+// quantize_v = false removes V's and P's e4m3 rounding, so on the same inputs its error must be
+// clearly below the all-e4m3 kernel's: uniform inputs leave about a third of the squared error to
+// V (so ~0.8x expected); 0.9 catches a kernel that quietly still rounds V or P to e4m3.
+TEST(Sm90Fp8Pv16, MoreAccurateThanE4m3V) {
+  if (!has_sm90()) GTEST_SKIP() << "no sm_90 device";
+  bool ran = false;
+  for (int d : {64, 128, 256}) {
+    if (find_fp8_kernel(DType::kBF16, d) == nullptr) continue;
+    ran = true;
+    for (bool causal : {false, true}) {
+      double e8 = 0, e16 = 0;
+      check_attention_fp8({DType::kBF16, d, causal, true, true, 1000, 1000, 4, 2, 2, false, true}, &e8);
+      check_attention_fp8({DType::kBF16, d, causal, true, true, 1000, 1000, 4, 2, 2, false, false}, &e16);
+      EXPECT_LT(e16, 0.9 * e8) << "d" << d << (causal ? " causal" : " full") << ": 16-bit V " << e16 << ", e4m3 V " << e8;
+    }
+  }
+  if (!ran) GTEST_SKIP() << "no bf16 FP8 kernel built";
+}
+
+// With quantize_v = false the kernel reads the caller's V in place (TMA on its strides) where the
+// e4m3 path copies it: V as the second half of a packed kv buffer (row stride 2 * heads * d), its
+// batch stride padded by 3 rows, against the reference on the same view. The other half is
+// poison (NaN), so a read outside the view shows.
+TEST(Sm90Fp8Pv16, StridedVIsReadInPlace) {
+  if (!has_sm90()) GTEST_SKIP() << "no sm_90 device";
+  bool ran = false;
+  for (int d : {64, 128, 256}) {
+    if (find_fp8_kernel(DType::kBF16, d) == nullptr) continue;
+    ran = true;
+    const int64_t b = 2, sq = 200, sk = 333, hq = 4, hkv = 2, row = 2 * hkv * d, batch_stride = (sk + 3) * row;
+    const int64_t nq = b * sq * hq * d, nkv = b * batch_stride;
+    std::vector<float> kv_values = random_values(size_t(nkv), 11 + d, DType::kBF16, -1.f, 1.f);
+    for (int64_t i = 0; i < nkv; ++i)
+      if ((i % row) < hkv * d || (i % batch_stride) >= sk * row) kv_values[size_t(i)] = NAN;  // k half, pad rows
+    DeviceBuffer q(encode(random_values(size_t(nq), 12 + d, DType::kBF16, -2.f, 2.f), DType::kBF16));
+    DeviceBuffer k(encode(random_values(size_t(b * sk * hkv * d), 13 + d, DType::kBF16, -1.f, 1.f), DType::kBF16));
+    DeviceBuffer kv(encode(kv_values, DType::kBF16)), out(size_t(nq) * 2), out_ref(size_t(nq) * 2);
+    out.fill(0xFF);
+    Fp8AttentionArgs a;
+    a.q = make_tensor(q.get(), DType::kBF16, b, sq, hq, d);
+    a.k = make_tensor(k.get(), DType::kBF16, b, sk, hkv, d);
+    a.v = make_tensor(static_cast<uint16_t*>(kv.get()) + hkv * d, DType::kBF16, b, sk, hkv, d);
+    a.v.strides[0] = batch_stride;
+    a.v.strides[1] = row;
+    a.out = make_tensor(out.get(), DType::kBF16, b, sq, hq, d);
+    a.quantize_v = false;
+    DeviceBuffer ws(attention_fp8_workspace_size(a));
+    const Result r = attention_fp8(a, ws.get(), ws.bytes());
+    ASSERT_TRUE(r.ok()) << "d" << d << ": " << r.message;
+    ForwardArgs ra;
+    ra.q = a.q;
+    ra.k = a.k;
+    ra.v = a.v;
+    ra.out = make_tensor(out_ref.get(), DType::kBF16, b, sq, hq, d);
+    ASSERT_TRUE(forward_reference_cuda(ra).ok());
+    HOPATTN_TEST_CUDA(cudaDeviceSynchronize());
+    const std::vector<uint8_t> gb = out.download(), rb = out_ref.download();
+    const double err = rel_l2_error(decode(gb.data(), size_t(nq), DType::kBF16), decode(rb.data(), size_t(nq), DType::kBF16));
+    EXPECT_LE(err, 6e-2) << "d" << d;  // rel_l2_error is infinite on a NaN: a poisoned read fails here
+  }
+  if (!ran) GTEST_SKIP() << "no bf16 FP8 kernel built";
 }
 
 // The wide key tile (224 keys, K quantised in 224-row blocks; heuristics::fp8_key_tile), forced at
@@ -364,6 +437,7 @@ TEST(Sm90Fp8Repeat, RunsAreBitwiseIdentical) {
   if (!has_sm90()) GTEST_SKIP() << "no sm_90 device";
   for (int d : {64, 128, 256}) {
     if (find_fp8_kernel(DType::kBF16, d) == nullptr) continue;
+    for (bool quantize_v : {true, false})
     for (bool causal : {false, true}) {
       const int64_t b = 2, s = 2048, hq = 16, hkv = 4, n = b * s * hq * d, nk = b * s * hkv * d;
       DeviceBuffer q(encode(random_values(size_t(n), 3 + d, DType::kBF16, -2.f, 2.f), DType::kBF16));
@@ -376,6 +450,7 @@ TEST(Sm90Fp8Repeat, RunsAreBitwiseIdentical) {
       a.v = make_tensor(v.get(), DType::kBF16, b, s, hkv, d);
       a.out = make_tensor(out.get(), DType::kBF16, b, s, hq, d);
       a.causal = causal;
+      a.quantize_v = quantize_v;
       DeviceBuffer ws(attention_fp8_workspace_size(a));
       std::vector<uint8_t> first;
       for (int run = 0; run < 10; ++run) {
@@ -384,7 +459,8 @@ TEST(Sm90Fp8Repeat, RunsAreBitwiseIdentical) {
         HOPATTN_TEST_CUDA(cudaDeviceSynchronize());
         std::vector<uint8_t> got = out.download();
         if (run == 0) first = got;
-        else ASSERT_EQ(got, first) << "d" << d << (causal ? " causal" : "") << ": run " << run << " differs";
+        else ASSERT_EQ(got, first) << "d" << d << (causal ? " causal" : "") << (quantize_v ? "" : " pv16") << ": run "
+                                   << run << " differs";
       }
     }
   }

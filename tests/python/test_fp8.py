@@ -47,10 +47,10 @@ EXPECTED_LAYOUTS = {
                              "softmax_scale": 728, "deterministic": 732, "has_window": 736, "window_left": 744,
                              "window_right": 752, "softcap": 760}),
     # 5 tensors (400) + causal, has_softmax_scale, softmax_scale, incoherent, block_quant, seed,
-    # rotate_v (428) -> padded to 432
+    # rotate_v, quantize_v (ABI 12) = 432
     "HopattnFp8AttentionArgs": (432, {"q": 0, "k": 80, "v": 160, "out": 240, "lse": 320, "causal": 400,
                                       "has_softmax_scale": 404, "softmax_scale": 408, "incoherent": 412,
-                                      "block_quant": 416, "seed": 420, "rotate_v": 424}),
+                                      "block_quant": 416, "seed": 420, "rotate_v": 424, "quantize_v": 428}),
     # 8 tensors (640) + 3 scalars (652) -> padded to 656
     "HopattnFp8FwdArgs": (656, {"q": 0, "k": 80, "v": 160, "q_descale": 240, "k_descale": 320, "v_descale": 400,
                                 "out": 480, "lse": 560, "causal": 640, "has_softmax_scale": 644,
@@ -166,7 +166,7 @@ def test_struct_layout_matches_the_c_compiler(tmp_path):
 
 def test_abi_version_and_codes_match_the_header():
     text = HEADER.read_text()
-    assert int(re.search(r"#define HOPATTN_ABI_VERSION (\d+)", text).group(1)) == _lib.ABI_VERSION == 11
+    assert int(re.search(r"#define HOPATTN_ABI_VERSION (\d+)", text).group(1)) == _lib.ABI_VERSION == 12
     enum = re.search(r"enum hopattn_dtype \{(.*?)\}", text, re.DOTALL).group(1)
     codes = {name: int(value) for name, value in re.findall(r"HOPATTN_(\w+) = (\d+)", enum)}
     assert codes == {"BF16": _lib.DTYPE_BF16, "FP16": _lib.DTYPE_FP16, "FP32": _lib.DTYPE_FP32,
@@ -204,8 +204,9 @@ def test_pack_helpers_fill_every_field():
     t = [_lib.make_tensor(0x1000 * (i + 1), _lib.DTYPE_E4M3, (1, 2, 3, 16), (96, 48, 16, 1)) for i in range(8)]
     a = _lib.make_fp8_attention_args(t[0], t[1], t[2], t[3], None, True, 0.25, False, True, 0xFFFFFFFF)
     assert (a.causal, a.has_softmax_scale, a.softmax_scale, a.incoherent, a.block_quant, a.seed) == (1, 1, 0.25, 0, 1, 0xFFFFFFFF)
-    assert a.rotate_v == 0
+    assert a.rotate_v == 0 and a.quantize_v == 1
     assert _lib.make_fp8_attention_args(t[0], t[1], t[2], t[3], None, True, 0.25, True, True, 1, True).rotate_v == 1
+    assert _lib.make_fp8_attention_args(t[0], t[1], t[2], t[3], None, True, 0.25, True, True, 1, False, False).quantize_v == 0
     assert a.lse.data is None and a.lse.ndim == 0 and a.out.data == 0x4000
     f = _lib.make_fp8_fwd_args(t[0], t[1], t[2], None, t[4], None, t[6], t[7], False, None)
     assert f.q_descale.data is None and f.q_descale.ndim == 0 and f.v_descale.ndim == 0
@@ -338,8 +339,12 @@ def test_attention_fp8_struct_as_the_library_reads_it(lib):
     rotated_v = lib.hopattn_attention_fp8_workspace_size(ctypes.byref(args(rotate_v=True)))
     assert rotated_v == per_block + b * s * hkv * d
     assert lib.hopattn_attention_fp8_workspace_size(ctypes.byref(args(rotate_v=True, incoherent=False))) == per_block
+    # quantize_v=False: no V^T (b * hkv * d * 1024 bytes) and no V descales.
+    v16 = lib.hopattn_attention_fp8_workspace_size(ctypes.byref(args(quantize_v=False)))
+    assert 0 < v16 <= per_block - b * s * hkv * d
     for kw, name in ((dict(lse=t(_lib.DTYPE_FP32, (b, hq, s + 1))), "lse"), (dict(softmax_scale=0.0), "softmax_scale"),
-                     (dict(q=t(_lib.DTYPE_FP32, (b, s, hq, d))), "q: dtype must be bf16 or fp16")):
+                     (dict(q=t(_lib.DTYPE_FP32, (b, s, hq, d))), "q: dtype must be bf16 or fp16"),
+                     (dict(quantize_v=False, rotate_v=True), "rotate_v: must be false with quantize_v = false")):
         status, msg = _call_invalid(lib, "hopattn_attention_fp8", "hopattn_attention_fp8_workspace_size", args(**kw),
                                     None, 0, None)
         assert status == _lib.STATUS_INVALID_ARGUMENT and msg.startswith(name), (kw, msg)
@@ -445,11 +450,12 @@ def rmse(got, want):
     return (got.double() - want.double()).pow(2).mean().sqrt().item()
 
 
-def model_output(q, k, v, causal, incoherent, block_quant, seed, rotate_v=False):
+def model_output(q, k, v, causal, incoherent, block_quant, seed, rotate_v=False, quantize_v=True):
     """The numpy model of attention_fp8 on the same (16-bit) inputs: Q, K rotated by
     random_rotation(d, seed) when incoherent, quantised per 128-row block (or per head); V per head,
     rotated by the same M first when incoherent and rotate_v (and O rotated back: the dequantised
-    V is rotated back here, the same product)."""
+    V is rotated back here, the same product). quantize_v=False: V as given (bf16 here) and P
+    rounded to bf16."""
     qn, kn, vn = (t.double().cpu().numpy() for t in (q, k, v))
     gran = "block" if block_quant else "head"
     if incoherent:
@@ -460,6 +466,9 @@ def model_output(q, k, v, causal, incoherent, block_quant, seed, rotate_v=False)
     else:
         vd = f8.quantize(vn, "head")[0]
     qd, kd = f8.quantize(qn, gran, 128)[0], f8.quantize(kn, gran, 128)[0]
+    if not quantize_v:
+        assert q.dtype == torch.bfloat16  # the model rounds P to bf16
+        return torch.from_numpy(f8.attention_from_fp8(qd, kd, vn, causal, p_format="bf16")).to(q.device)
     return torch.from_numpy(f8.attention_from_fp8(qd, kd, vd, causal)).to(q.device)
 
 
@@ -528,6 +537,27 @@ def test_attention_fp8_rotated_v_matches_the_numpy_model(gpu, head_dim, causal):
     ratio = rmse(out, want) / rmse(model, want)
     assert 0.5 <= ratio <= 2.0, ratio
     assert rel_l2(out, model) <= MODEL_BOUND, rel_l2(out, model)
+
+
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_fp8_16bit_pv_matches_the_numpy_model(gpu, head_dim, causal):
+    """quantize_v=False: only Q K^T in e4m3, V read as it is (here a strided view, the v half of a
+    packed kv tensor), P in bf16. The same numbers as the model, and below the all-e4m3 error."""
+    skip_unless_built(gpu, torch.bfloat16, head_dim)
+    seed = 7
+    q, k, v = make_qkv(2, 333, 333, 4, 2, head_dim, seed=9, outliers=True)
+    kv = torch.stack((k, v), dim=3)  # (b, s, hkv, 2, d): v = kv[:, :, :, 1] has a row stride of 2 * hkv * d
+    v = kv[:, :, :, 1]
+    assert not v.is_contiguous()
+    out = hopattn.attention_fp8(q, k, v, causal=causal, seed=seed, quantize_v=False)
+    want, _ = reference(q, k, v, causal)
+    model = model_output(q, k, v, causal, True, True, seed, quantize_v=False)
+    assert rel_l2(out, model) <= MODEL_BOUND, rel_l2(out, model)
+    e8 = rmse(hopattn.attention_fp8(q, k, v, causal=causal, seed=seed), want)
+    assert rmse(out, want) < 0.95 * e8, (rmse(out, want), e8)
+    with pytest.raises(hopattn.InvalidArgumentError, match="rotate_v"):
+        hopattn.attention_fp8(q, k, v, seed=seed, quantize_v=False, rotate_v=True)
 
 
 def test_attention_fp8_techniques_reduce_the_outlier_error(gpu):
@@ -791,6 +821,8 @@ def test_compare_fp8_direction_helpers(tmp_path):
     bad = compare.fp8_check({"fp8_e2e": 0.2, "fp8_kernel": float("nan")}, "cudnn")
     assert bad == "MISMATCH attention_fp8 2.0e-01 vs cuDNN, forward_fp8 nan vs cuDNN"
     assert compare.fp8_check({"fp8_e2e": 0.05, "fp8_kernel": 0.11}, "fa2") == "MISMATCH forward_fp8 1.1e-01 vs FA2 (SDPA flash)"
+    assert (compare.fp8_check({"fp8_e2e": 0.05, "fp8_pv16": 0.3}, "cudnn")
+            == "MISMATCH attention_fp8(quantize_v=False) 3.0e-01 vs cuDNN")
     rows = [dict(head_dim=128, causal=True, seqlen=4096, batch=4, heads=16, quantize_gbps=3012.4, check="ok",
                  tflops={"fp8_e2e": 800.0, "fp8_kernel": 900.0, "hopattn": 500.0, "cudnn": 400.0, "fa2": None})]
     impls = ["fp8_e2e", "fp8_kernel", "hopattn", "cudnn", "fa2"]

@@ -191,7 +191,7 @@ def test_version_and_build_info():
     info = hopattn.build_info()
     assert hopattn.version() == info["version"]
     assert info["version"].startswith(hopattn.__version__)
-    assert info["abi_version"] == hopattn._lib.ABI_VERSION == 11
+    assert info["abi_version"] == hopattn._lib.ABI_VERSION == 12
     for direction, dtype, head_dim in info["kernels"]:
         assert direction in ("fwd", "bwd", "fp8") and dtype in ("bf16", "fp16") and head_dim in (64, 128, 256)
 

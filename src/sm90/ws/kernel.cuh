@@ -74,11 +74,12 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
     if constexpr (K::kDynamicOrder) K::Scheduler::init_slot(&ss.tile_slot, Cfg::kNumMmaThreads / 32);
   }
   typename Pipeline::Params pipe_params;
-  pipe_params.transaction_bytes = Mainloop::kKVBytes;
+  pipe_params.transaction_bytes = Mainloop::kKBytes;
   pipe_params.role = warp_group == 0 ? Pipeline::ThreadCategory::Producer : Pipeline::ThreadCategory::Consumer;
   pipe_params.is_leader = threadIdx.x == 0;  // the one thread that issues TMA
   pipe_params.num_consumers = Cfg::kNumMmaThreads;
   Pipeline pipe_k(ss.pipe_k, pipe_params, Shape<_1, _1, _1>{});
+  pipe_params.transaction_bytes = Mainloop::kVBytes;  // FP8's kPv16: a 16-bit V stage is twice K's
   Pipeline pipe_v(ss.pipe_v, pipe_params, Shape<_1, _1, _1>{});
   Mainloop::init_shared(mp, ss, threadIdx.x);
   __syncthreads();  // barrier inits (and init_shared's writes) visible before anyone uses them

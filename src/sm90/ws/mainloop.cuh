@@ -103,9 +103,11 @@ constexpr auto k_major_smem_atom() {
 
 template <class Cfg>
 struct FwdMainloop {
-  using Element = typename Cfg::Element;
+  using Element = typename Cfg::Element;    // Q and K
+  using ElementV = typename Cfg::ElementV;  // V and P: Element, or 16-bit in FP8's kPv16 kernels
   using OutElement = typename Cfg::OutElement;
   static constexpr bool kFp8 = Cfg::kFp8;
+  static constexpr bool kV8 = kFp8 && !Cfg::kPv16;  // V^T and P in e4m3
   static constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kHeadDim = Cfg::kHeadDim;
   static constexpr int kStages = Cfg::kStages;
   using BM = cute::Int<kBlockM>;
@@ -131,19 +133,19 @@ struct FwdMainloop {
   // e4m3: V^T arrives keys-contiguous (K-major, what FP8 WGMMA requires), 128 keys per row.
   static constexpr auto smem_layout_vt() {
     using namespace cute;
-    if constexpr (kFp8)
-      return tile_to_shape(k_major_smem_atom<Element, kBlockN>(), Shape<HD, BN, Int<kStages>>{});
+    if constexpr (kV8)
+      return tile_to_shape(k_major_smem_atom<ElementV, kBlockN>(), Shape<HD, BN, Int<kStages>>{});
     else
-      return tile_to_shape(GMMA::Layout_MN_SW128_Atom<Element>{}, Shape<HD, BN, Int<kStages>>{}, Step<_2, _1, _3>{});
+      return tile_to_shape(GMMA::Layout_MN_SW128_Atom<ElementV>{}, Shape<HD, BN, Int<kStages>>{}, Step<_2, _1, _3>{});
   }
   using SmemLayoutVt = decltype(smem_layout_vt());
 
   // One 64-row WGMMA atom per consumer warpgroup, stacked along M.
   using WarpGroupsAlongM = cute::Layout<cute::Shape<cute::Int<Cfg::kNumConsumerWG>, cute::_1, cute::_1>>;
   using AtomQK = decltype(cute::GMMA::ss_op_selector<Element, Element, float, cute::Shape<cute::_64, BN, HD>>());
-  using AtomPV = decltype(cute::GMMA::rs_op_selector<Element, Element, float, cute::Shape<cute::_64, HD, BN>,
+  using AtomPV = decltype(cute::GMMA::rs_op_selector<ElementV, ElementV, float, cute::Shape<cute::_64, HD, BN>,
                                                      cute::GMMA::Major::K,
-                                                     kFp8 ? cute::GMMA::Major::K : cute::GMMA::Major::MN>());
+                                                     kV8 ? cute::GMMA::Major::K : cute::GMMA::Major::MN>());
   using TiledMmaQK = decltype(cute::make_tiled_mma(AtomQK{}, WarpGroupsAlongM{}));
   using TiledMmaPV = decltype(cute::make_tiled_mma(AtomPV{}, WarpGroupsAlongM{}));
   static_assert(cute::size<1>(typename TiledMmaQK::AtomShape_MNK{}) == kBlockN,
@@ -156,19 +158,20 @@ struct FwdMainloop {
   using GShape = cute::Shape<int32_t, int32_t, int32_t, int32_t>;
   using GStrideRows = cute::Stride<int64_t, cute::_1, int64_t, int64_t>;
   using GStrideCols = cute::Stride<cute::_1, int64_t, int64_t, int64_t>;
-  template <class Stride>
-  using GTensor = decltype(cute::make_tensor(cute::make_gmem_ptr(static_cast<const Element*>(nullptr)), GShape{}, Stride{}));
+  template <class Stride, class E = Element>
+  using GTensor = decltype(cute::make_tensor(cute::make_gmem_ptr(static_cast<const E*>(nullptr)), GShape{}, Stride{}));
   using TmaQ = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GTensor<GStrideRows>{}, SmemLayoutQ{},
                                             cute::Shape<BM, HD>{}, cute::_1{}));
   using TmaK = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GTensor<GStrideRows>{},
                                             cute::take<0, 2>(SmemLayoutK{}), cute::Shape<BN, HD>{}, cute::_1{}));
   // V as (head_dim, keys): 16-bit V is head_dim-contiguous; FP8's V^T is keys-contiguous.
-  using GStrideV = std::conditional_t<kFp8, GStrideRows, GStrideCols>;
-  using TmaV = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GTensor<GStrideV>{},
+  using GStrideV = std::conditional_t<kV8, GStrideRows, GStrideCols>;
+  using TmaV = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GTensor<GStrideV, ElementV>{},
                                             cute::take<0, 2>(SmemLayoutVt{}), cute::Shape<HD, BN>{}, cute::_1{}));
 
   static constexpr uint32_t kQBytes = kBlockM * kHeadDim * sizeof(Element);
-  static constexpr uint32_t kKVBytes = kBlockN * kHeadDim * sizeof(Element);
+  static constexpr uint32_t kKBytes = kBlockN * kHeadDim * sizeof(Element);   // one K stage
+  static constexpr uint32_t kVBytes = kBlockN * kHeadDim * sizeof(ElementV);  // one V stage
 
   using Pipeline = cutlass::PipelineTmaAsync<kStages>;
   using PipelineState = typename Pipeline::PipelineState;
@@ -177,7 +180,7 @@ struct FwdMainloop {
     // Q, and (unless Cfg::kSeparateO) after the last S GEMM of a tile, that tile's O.
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> k;
-    cute::array_aligned<Element, cute::cosize_v<SmemLayoutVt>, 1024> v;
+    cute::array_aligned<ElementV, cute::cosize_v<SmemLayoutVt>, 1024> v;
     // O on its way to gmem when Cfg::kSeparateO (else O reuses q after the tile's last S GEMM).
     cute::array_aligned<OutElement, Cfg::kSeparateO ? cute::cosize_v<SmemLayoutQ> : 0, 1024> o;
     typename Pipeline::SharedStorage pipe_k;
@@ -311,13 +314,13 @@ struct FwdMainloop {
     // last group of 16 at columns >= seqlen_k, which TMA must not clip. Packed: one batch entry of
     // vt_varlen_columns keys, sequences starting at vt_varlen_start.
     const int64_t sp = packed ? fp8::vt_varlen_columns(pr.total_k, pr.batch) : fp8::vt_padded_seqlen(pr.seqlen_k);
-    const int rows_v = kFp8 ? int(sp) : rows_k;
+    const int rows_v = kV8 ? int(sp) : rows_k;
     auto mVt = [&] {
-      if constexpr (kFp8) {
-        return make_tensor(make_gmem_ptr(static_cast<const Element*>(prob.vt)), make_shape(kHeadDim, int(sp), hk, bext),
+      if constexpr (kV8) {
+        return make_tensor(make_gmem_ptr(static_cast<const ElementV*>(prob.vt)), make_shape(kHeadDim, int(sp), hk, bext),
                            make_stride(sp, _1{}, kHeadDim * sp, hk * kHeadDim * sp));
       } else {
-        return make_tensor(make_gmem_ptr(static_cast<const Element*>(v_data)), make_shape(kHeadDim, tma_rows_k, hk, kv_ext),
+        return make_tensor(make_gmem_ptr(static_cast<const ElementV*>(v_data)), make_shape(kHeadDim, tma_rows_k, hk, kv_ext),
                            make_stride(_1{}, pr.v_stride[1], pr.v_stride[2], pr.v_stride[0]));
       }
     }();
@@ -463,7 +466,7 @@ struct FwdMainloop {
   // Shared state set up once per CTA by its first threads, before the barrier that ends the
   // set-up: FP8 with a rotated V stores the rotation's sign bits.
   __device__ static void init_shared(const Params& p, SharedStorage& ss, int thread_idx) {
-    if constexpr (kFp8) {
+    if constexpr (kV8) {
       if (p.descale.unrotate_o && thread_idx < kHeadDim / 32)
         ss.o_signs[thread_idx] = fp8::sign_word(p.descale.o_rotation_seed, thread_idx);
     }
@@ -472,7 +475,7 @@ struct FwdMainloop {
   // The last step on O before the epilogue: FP8 with a rotated V multiplies it by M^T.
   template <class AccRowCol>
   __device__ static void finish_o(const Params& p, const SharedStorage& ss, AccRowCol& o_rc, int thread_idx) {
-    if constexpr (kFp8) {
+    if constexpr (kV8) {
       if (p.descale.unrotate_o) fp8::unrotate_rows<kHeadDim>(o_rc, ss.o_signs, thread_idx % 32);
     }
   }
@@ -540,13 +543,13 @@ struct FwdMainloop {
     auto c_rc = acc_rowcol(tScS);
     auto o_rc = acc_rowcol(tOrO);
     auto tOrP = [&] {
-      if constexpr (kFp8) return make_fp8_p_fragment<kBlockN>();
-      else return cute::make_tensor<Element>(acc_to_a_operand_layout(tSrS.layout()));
+      if constexpr (kV8) return make_fp8_p_fragment<kBlockN>();
+      else return cute::make_tensor<ElementV>(acc_to_a_operand_layout(tSrS.layout()));
     }();
     const GemmTurn turn{thread_idx / 128};
 
     auto to_p = [&]() {  // P = 16-bit or e4m3 (S) as the A operand
-      if constexpr (kFp8) convert_p_fp8(tSrS, tOrP);
+      if constexpr (kV8) convert_p_fp8(tSrS, tOrP);
       else convert_fragment(tSrS, tOrP);
     };
     auto q_read_done = [&](int n) {  // call once S of block n has completed

@@ -9,6 +9,8 @@
 #define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
 #endif
 
+#include <type_traits>
+
 #include <cute/tensor.hpp>
 #include <cutlass/numeric_types.h>
 
@@ -77,6 +79,8 @@ struct FwdWsConfig : WsSchedule<kFlags> {
   using Element = typename ElementOf<kDType>::type;
   using OutElement = Element;
   static constexpr bool kFp8 = false;
+  static constexpr bool kPv16 = false;
+  using ElementV = Element;
   using Schedule = WsSchedule<kFlags>;
   using Schedule::kPersistent;
   using Schedule::kIntraWGOverlap;
@@ -136,17 +140,26 @@ struct FwdWsConfig : WsSchedule<kFlags> {
 // warpgroups. Shared memory at d256: Q 128*d + 2 stages of K and V^T (128*d bytes each) + O in 16
 // bits (2*128*d) = 224 KB, under 227 KB.
 // kVarlen_: packed batches, as FwdWsConfig's; V^T then has the packed layout of fp8::vt_varlen_start.
+// kPv16_: e4m3 only for S = Q K^T; V stays in the output's 16-bit type (the caller's V, ordinary
+// layout, MN-major as in the 16-bit kernels) and P is rounded to that type, so O = P V runs at the
+// 16-bit rate. What it buys is accuracy: on the paper's outlier inputs the e4m3 mantissa of V is
+// ~40% of the squared error once Q and K are rotated (docs/perf-notes.md), and no scale can
+// shorten it. Fixed-length batches only. d256 takes 64-key tiles: two 16-bit V stages of 128 keys
+// would not fit beside Q, K and O (32 + 64 + 128 + 64 KB).
 template <DType kOutDType, int kHeadDim_, bool kCausal, unsigned kFlags = kStageE, int kBlockNOverride = 0,
-          int kBlockMOverride = 0, bool kVarlen_ = false>
+          int kBlockMOverride = 0, bool kVarlen_ = false, bool kPv16_ = false>
 struct Fp8FwdConfig : WsSchedule<kFlags> {
   static_assert(kHeadDim_ == 64 || kHeadDim_ == 128 || kHeadDim_ == 256, "head_dim must be 64, 128 or 256");
   static_assert(kOutDType == DType::kBF16 || kOutDType == DType::kFP16, "FP8 output is bf16 or fp16");
-  using Element = cutlass::float_e4m3_t;
+  static_assert(!(kPv16_ && kVarlen_), "16-bit P V: fixed-length batches only");
+  using Element = cutlass::float_e4m3_t;  // Q and K
   using OutElement = typename ElementOf<kOutDType>::type;
+  static constexpr bool kPv16 = kPv16_;
+  using ElementV = std::conditional_t<kPv16, OutElement, Element>;  // V and P
   static constexpr bool kFp8 = true;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kBlockMOverride != 0 ? kBlockMOverride : kHeadDim == 64 ? 192 : 128;
-  static constexpr int kBlockN = kBlockNOverride != 0 ? kBlockNOverride : 128;
+  static constexpr int kBlockN = kBlockNOverride != 0 ? kBlockNOverride : kPv16 && kHeadDim == 256 ? 64 : 128;
   static_assert(kBlockM == 128 || kBlockM == 192, "two or three consumer warpgroups");
   static_assert(kBlockN % 32 == 0 && (128 % kBlockN == 0 || kBlockN == 224),
                 "a key tile lies inside one descale block: 128 keys, or the wide tile's own 224");
