@@ -135,11 +135,13 @@ Result validate_attention_fp8(const Fp8AttentionArgs& a, AttnProblem* p) {
       return fail(Status::kInvalidArgument,
                   cat(name, ": dtype must be bf16 or fp16 for attention_fp8, got ", dtype_name(t->dtype),
                       " (forward_fp8 takes e4m3 tensors with descales)"));
-  // 16-bit V: P V in the inputs' type. A rotated V exists only to be quantised.
+  if (Result r = validate_forward(attention_part(a), Backend::kSm90Fp8, p); !r.ok()) return r;
+  // 16-bit V: P V in the inputs' type. A rotated V exists only to be quantised. After the shape
+  // checks, so that a wrong shape is what a caller hears first.
   if (!a.quantize_v && a.rotate_v && a.incoherent)
     return fail(Status::kInvalidArgument,
                 "rotate_v: must be false with quantize_v = false (V is not quantised, so there is nothing to spread)");
-  return validate_forward(attention_part(a), Backend::kSm90Fp8, p);
+  return {};
 }
 
 Result validate_attention_fp8_varlen(const Fp8VarlenAttentionArgs& a, VarlenProblem* p) {
