@@ -259,6 +259,9 @@ Result attention_fp8(const Fp8AttentionArgs& args, void* workspace, std::size_t 
 //   v_descale: (batch, heads_kv)
 // FP8 WGMMA reads both operands K-major, so V is re-laid out (transposed) into the workspace by a
 // small pre-pass before the attention kernel; forward_fp8_workspace_size says how much.
+// v may instead be bf16/fp16 in out's dtype, with no v_descale: then only Q K^T runs in e4m3, V is
+// read in place, P is rounded to that dtype (attention_fp8's quantize_v = false) and no workspace
+// is needed.
 struct Fp8ForwardArgs {
   TensorRef q;  // (batch, seqlen_q, heads_q, head_dim) e4m3
   TensorRef k;  // (batch, seqlen_k, heads_kv, head_dim) e4m3

@@ -179,6 +179,9 @@ def forward_fp8(q, k, v, q_descale=None, k_descale=None, v_descale=None, causal=
 
     None means 1; a Python float or a 0-dim tensor is one scale for the whole tensor (broadcast to
     the per-head shape). softmax_scale (default 1/sqrt(head_dim)) applies to the true q.k.
+    v may instead be bfloat16/float16: only Q K^T runs in e4m3, V is read in place and P is
+    rounded to v's dtype (as attention_fp8 with quantize_v=False), with no v_descale, no
+    workspace, and out_dtype defaulting to (and required to be) v's dtype.
     out_dtype: torch.bfloat16 (None, the default) or torch.float16. The call re-lays V out
     (transposed, what FP8 WGMMA reads) into a workspace allocated here with torch, then runs the
     kernel on the current stream. Returns out (batch, seqlen_q, heads_q, head_dim) of out_dtype,
@@ -189,7 +192,8 @@ def forward_fp8(q, k, v, q_descale=None, k_descale=None, v_descale=None, causal=
     _check_torch_inputs(torch, q, k, v)
     _e4m3_dtype(torch)  # e4m3 inputs need torch.float8_e4m3fn (torch >= 2.1)
     lib = _lib.load()
-    out_dtype = torch.bfloat16 if out_dtype is None else out_dtype
+    if out_dtype is None:  # a 16-bit v (the 16-bit P V kernels) sets it; else bf16
+        out_dtype = v.dtype if v.dtype in (torch.bfloat16, torch.float16) else torch.bfloat16
     if not isinstance(out_dtype, torch.dtype):
         raise TypeError(f"out_dtype must be a torch.dtype (torch.bfloat16 or torch.float16), got {type(out_dtype).__name__}")
     batch, seqlen_q, heads_q, head_dim = q.shape

@@ -281,13 +281,18 @@ Result check_varlen_indices(const VarlenProblem& vp, bool requested, cudaStream_
 
 std::size_t forward_fp8_workspace_size(const Fp8ForwardArgs& args) {
   Fp8AttnProblem p;
-  if (!validate_forward_fp8(args, &p).ok() || !runs_kernel(p.base)) return 0;
+  if (!validate_forward_fp8(args, &p).ok() || !runs_kernel(p.base) || p.pv16) return 0;
   return vt_bytes(p.base);
 }
 
 Result forward_fp8(const Fp8ForwardArgs& args, void* workspace, std::size_t workspace_bytes, cudaStream_t stream) {
   Fp8AttnProblem p;
   if (Result r = validate_forward_fp8(args, &p); !r.ok()) return r;
+  if (p.pv16) {  // a 16-bit V: the kernel reads it in place, so there is no V^T and no workspace
+    if (Result r = check_hopper_device(); !r.ok()) return r;
+    if (!runs_kernel(p.base)) return p.base.empty() ? Result{} : fill_no_keys(p.base, stream);
+    return launch_attention(p, stream);
+  }
   // One K descale per head, or none: every key tile reads the same one, so the wide key tile needs
   // no 224-row descale blocks here (K given per 128-row block keeps the 128-key tile).
   if (p.k_descale_stride[2] == 0) p.key_tile = heuristics::fp8_key_tile(p.base.head_dim, p.base.seqlen_k, false);

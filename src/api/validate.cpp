@@ -131,8 +131,10 @@ Result validate_forward_args(const ForwardArgs& a, Backend backend, AttnProblem*
   if (fp8 && a.q.dtype != DType::kE4M3 && a.out.dtype != a.q.dtype)
     return fail(Status::kInvalidArgument,
                 cat("out: dtype ", dtype_name(a.out.dtype), " differs from q's ", dtype_name(a.q.dtype)));
+  // forward_fp8 with a 16-bit V (the 16-bit P V kernels): e4m3 q and k, V in out's dtype.
+  const bool v16 = fp8 && a.q.dtype == DType::kE4M3 && a.v.dtype != DType::kE4M3 && a.v.dtype == a.out.dtype;
   for (const auto& [name, t] : tensors)
-    if (t->dtype != a.q.dtype && !(fp8 && t == &a.out))
+    if (t->dtype != a.q.dtype && !(fp8 && t == &a.out) && !(v16 && t == &a.v))
       return fail(Status::kInvalidArgument,
                   cat(name, ": dtype ", dtype_name(t->dtype), " differs from q's ", dtype_name(a.q.dtype)));
   for (const auto& [name, t] : tensors)

@@ -101,12 +101,20 @@ VarlenForwardArgs varlen_part(const Fp8VarlenArgs& a) {
 }  // namespace
 
 Result validate_forward_fp8(const Fp8ForwardArgs& a, Fp8AttnProblem* p) {
-  for (const auto& [name, t] : {std::pair<const char*, const TensorRef*>{"q", &a.q}, {"k", &a.k}, {"v", &a.v}})
+  for (const auto& [name, t] : {std::pair<const char*, const TensorRef*>{"q", &a.q}, {"k", &a.k}})
     if (t->dtype != DType::kE4M3)
       return fail(Status::kInvalidArgument,
                   cat(name, ": dtype must be e4m3 for forward_fp8, got ", dtype_name(t->dtype),
                       " (attention_fp8 takes bf16/fp16 and quantises)"));
+  // v: e4m3 with v_descale, or 16-bit in out's dtype (P V at the 16-bit rate, no descale).
+  p->pv16 = is_16bit(a.v.dtype);
+  if (a.v.dtype != DType::kE4M3 && !(p->pv16 && a.v.dtype == a.out.dtype))
+    return fail(Status::kInvalidArgument,
+                cat("v: dtype must be e4m3, or out's 16-bit dtype (", dtype_name(a.out.dtype),
+                    ") for a 16-bit P V, got ", dtype_name(a.v.dtype)));
   if (Result r = validate_forward(attention_part(a), Backend::kSm90Fp8, &p->base); !r.ok()) return r;
+  if (p->pv16 && !tensor_absent(a.v_descale))
+    return fail(Status::kInvalidArgument, "v_descale: must be left out with a 16-bit v (V is not quantised)");
   const AttnProblem& b = p->base;
   if (Result r = check_block_descale("q_descale", a.q_descale, b.batch, b.heads_q, b.seqlen_q, &p->q_descale,
                                      p->q_descale_stride);

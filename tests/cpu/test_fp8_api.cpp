@@ -238,6 +238,29 @@ TEST(Fp8Validation, QuantizeArgumentsAreChecked) {
   expect_error(quantize_fp8(a), Status::kInvalidArgument, "in: batch x heads x seqlen = 8388608 x ");
 }
 
+// forward_fp8 with a 16-bit v (out's dtype, no v_descale): the 16-bit P V kernels, no workspace.
+TEST(Fp8Validation, ForwardFp8TakesA16BitVInOutsDtype) {
+  Fp8ForwardArgs a = valid_fp8_args();
+  a.v = make_tensor(fake(), DType::kBF16, kB, kSk, kHkv, kD);
+  a.v_descale = TensorRef{};
+  EXPECT_NE(run(a).status, Status::kInvalidArgument) << run(a).message;
+  EXPECT_EQ(forward_fp8_workspace_size(a), 0u);
+  Fp8ForwardArgs other = a;
+  other.v.dtype = DType::kFP16;  // out is bf16
+  expect_error(run(other), Status::kInvalidArgument, "v: dtype must be e4m3, or out's 16-bit dtype (bf16) for a 16-bit P V, got fp16");
+  other.v.dtype = DType::kFP32;
+  expect_error(run(other), Status::kInvalidArgument, "v: dtype must be e4m3, or out's 16-bit dtype (bf16)");
+  Fp8ForwardArgs descaled = a;
+  descaled.v_descale = valid_fp8_args().v_descale;
+  expect_error(run(descaled), Status::kInvalidArgument, "v_descale: must be left out with a 16-bit v");
+  Fp8ForwardArgs misaligned = a;  // a 16-bit v is checked as a 16-bit tensor: 16-byte rows
+  misaligned.v.strides[1] = kHkv * kD + 4;
+  expect_error(run(misaligned), Status::kInvalidArgument, "v");
+  Fp8ForwardArgs q16 = a;  // q and k stay e4m3
+  q16.q.dtype = DType::kBF16;
+  expect_error(run(q16), Status::kInvalidArgument, "q: dtype must be e4m3 for forward_fp8");
+}
+
 // quantize_v = false leaves V unquantised, so a rotated V (which exists only to be quantised) is
 // refused, naming rotate_v; without the rotation rotate_v is ignored, as elsewhere.
 TEST(Fp8Validation, SixteenBitVRefusesRotateV) {

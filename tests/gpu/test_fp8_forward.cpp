@@ -288,15 +288,22 @@ TEST_P(Fp8AttentionVsReference, MatchesFp64ReferenceWithinQuantisationError) {
   check_attention_fp8(c);
 }
 
+// The head dims whose FP8 kernels (for out dtype t) this build has.
+std::vector<int> built_fp8_head_dims(DType t) {
+  std::vector<int> dims;
+  for (int d : {64, 128, 256})
+    if (find_fp8_kernel(t, d) != nullptr) dims.push_back(d);
+  return dims;
+}
+
 // quantize_v = false removes V's and P's e4m3 rounding, so on the same inputs its error must be
 // clearly below the all-e4m3 kernel's: uniform inputs leave about a third of the squared error to
 // V (so ~0.8x expected); 0.9 catches a kernel that quietly still rounds V or P to e4m3.
 TEST(Sm90Fp8Pv16, MoreAccurateThanE4m3V) {
   if (!has_sm90()) GTEST_SKIP() << "no sm_90 device";
-  bool ran = false;
-  for (int d : {64, 128, 256}) {
-    if (find_fp8_kernel(DType::kBF16, d) == nullptr) continue;
-    ran = true;
+  const std::vector<int> dims = built_fp8_head_dims(DType::kBF16);
+  if (dims.empty()) GTEST_SKIP() << "no bf16 FP8 kernel built";
+  for (int d : dims) {
     for (bool causal : {false, true}) {
       double e8 = 0, e16 = 0;
       check_attention_fp8({DType::kBF16, d, causal, true, true, 1000, 1000, 4, 2, 2, false, true}, &e8);
@@ -304,7 +311,6 @@ TEST(Sm90Fp8Pv16, MoreAccurateThanE4m3V) {
       EXPECT_LT(e16, 0.9 * e8) << "d" << d << (causal ? " causal" : " full") << ": 16-bit V " << e16 << ", e4m3 V " << e8;
     }
   }
-  if (!ran) GTEST_SKIP() << "no bf16 FP8 kernel built";
 }
 
 // With quantize_v = false the kernel reads the caller's V in place (TMA on its strides) where the
@@ -313,10 +319,9 @@ TEST(Sm90Fp8Pv16, MoreAccurateThanE4m3V) {
 // poison (NaN), so a read outside the view shows.
 TEST(Sm90Fp8Pv16, StridedVIsReadInPlace) {
   if (!has_sm90()) GTEST_SKIP() << "no sm_90 device";
-  bool ran = false;
-  for (int d : {64, 128, 256}) {
-    if (find_fp8_kernel(DType::kBF16, d) == nullptr) continue;
-    ran = true;
+  const std::vector<int> dims = built_fp8_head_dims(DType::kBF16);
+  if (dims.empty()) GTEST_SKIP() << "no bf16 FP8 kernel built";
+  for (int d : dims) {
     const int64_t b = 2, sq = 200, sk = 333, hq = 4, hkv = 2, row = 2 * hkv * d, batch_stride = (sk + 3) * row;
     const int64_t nq = b * sq * hq * d, nkv = b * batch_stride;
     std::vector<float> kv_values = random_values(size_t(nkv), 11 + d, DType::kBF16, -1.f, 1.f);
@@ -348,7 +353,6 @@ TEST(Sm90Fp8Pv16, StridedVIsReadInPlace) {
     const double err = rel_l2_error(decode(gb.data(), size_t(nq), DType::kBF16), decode(rb.data(), size_t(nq), DType::kBF16));
     EXPECT_LE(err, 6e-2) << "d" << d;  // rel_l2_error is infinite on a NaN: a poisoned read fails here
   }
-  if (!ran) GTEST_SKIP() << "no bf16 FP8 kernel built";
 }
 
 // The wide key tile (224 keys, K quantised in 224-row blocks; heuristics::fp8_key_tile), forced at

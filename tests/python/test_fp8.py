@@ -680,6 +680,28 @@ def test_forward_fp8_on_quantize_fp8_equals_attention_fp8(gpu, head_dim):
         assert rel_l2(got, want) <= 5e-3
 
 
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_forward_fp8_with_16bit_v_equals_attention_fp8_unquantised_v(gpu, head_dim):
+    """forward_fp8 with a bf16 v runs the 16-bit P V kernel on the caller's codes: on
+    quantize_fp8's output (the same seed and blocks as attention_fp8 uses) the bytes are
+    attention_fp8(quantize_v=False)'s. And the 16-bit v refuses a v_descale and an out_dtype of
+    another type."""
+    skip_unless_built(gpu, torch.bfloat16, head_dim)
+    q, k, v = make_qkv(2, 300, 300, 4, 2, head_dim, seed=43)
+    seed = 5
+    q8, qd = hopattn.quantize_fp8(q, seed=seed)
+    k8, kd = hopattn.quantize_fp8(k, seed=seed)
+    for causal in (False, True):
+        got = hopattn.forward_fp8(q8, k8, v, qd, kd, causal=causal)
+        assert got.dtype == torch.bfloat16
+        want = hopattn.attention_fp8(q, k, v, causal=causal, seed=seed, quantize_v=False)
+        assert torch.equal(got, want)
+    with pytest.raises(hopattn.InvalidArgumentError, match="v_descale: must be left out"):
+        hopattn.forward_fp8(q8, k8, v, qd, kd, 1.0)
+    with pytest.raises(hopattn.InvalidArgumentError, match="v: dtype must be e4m3, or out's 16-bit dtype"):
+        hopattn.forward_fp8(q8, k8, v, qd, kd, out_dtype=torch.float16)
+
+
 def quantize_like_the_kernel(x, rotate, block_quant, seed):
     """quantize_fp8's documented arithmetic in torch: rows times M(seed) (computed in float64, then
     rounded to float32), amax per 128-row block (or per (batch, head)), codes
