@@ -16,6 +16,7 @@
 #         AB_ONLY names of .gpu-exp/ab libraries to take, AB_EXTRA more ab.py arguments,
 #         AB_TAG a suffix for the log, ab-TAG.log, when one call runs two A/Bs)
 #   grid  bench/compare.py $GRID_ARGS
+#   acc   bench/fp8_accuracy.py --gpu $ACC_ARGS (the FP8 accuracy protocol; ACC_T, default 300)
 # $LIB defaults to the pack's library; PACK (default .gpu) names another pack folder (a second
 # branch's tests and library, e.g. .gpu-b), whose logs then carry its name. Logs go to $OUT (the
 # device tool's output folder); a summary of each phase is printed. Example:
@@ -104,6 +105,10 @@ for phase in "$@"; do
       withlib $LIB timeout ${GRID_T:-400} python3 $p/bench/compare.py ${GRID_ARGS:-} > $O/grid.log 2>&1
       echo "rc=$?"
       tail -45 $O/grid.log ;;
+    acc)
+      withlib $LIB timeout ${ACC_T:-300} python3 $p/bench/fp8_accuracy.py --gpu ${ACC_ARGS:-} --json $O/acc.json > $O/acc.log 2>&1
+      echo "rc=$?"
+      tail -25 $O/acc.log ;;
     *) echo "unknown phase $phase" >&2 ;;
   esac
 done

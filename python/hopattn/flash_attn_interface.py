@@ -5,8 +5,9 @@
 #
 # Same function names, argument names, argument order, defaults and return conventions. What
 # hopattn computes maps one-to-one onto hopattn.attention, sliding windows (window_size) and
-# softcapping (softcap) included; every argument that asks for something hopattn does not do (FP8
-# descales, rotary embeddings in the KV-cache call, ...) raises
+# softcapping (softcap) included, and flash_attn_func's FP8 call (e4m3 q, k, v with descales) onto
+# hopattn.forward_fp8; every argument that asks for something hopattn does not do (FP8 descales
+# elsewhere, rotary embeddings in the KV-cache call, ...) raises
 # NotImplementedError naming the argument, before any tensor is touched: a caller must never get
 # plain attention where it asked for something else.
 # flash_attn_varlen_func maps onto hopattn.varlen_attention (differentiable on CUDA tensors);
@@ -15,7 +16,7 @@
 #
 # Like the rest of hopattn this module never imports torch (the tensors passed in come from the
 # caller's torch), so importing it is cheap and works without torch.
-from . import kvcache, ops, varlen
+from . import fp8, kvcache, ops, varlen
 
 __all__ = [
     "flash_attn_func",
@@ -126,21 +127,72 @@ def flash_attn_func(
     Returns out (batch, seqlen_q, nheads, headdim); with return_attn_probs=True, (out, softmax_lse)
     with softmax_lse (batch, nheads, seqlen_q) float32, as FA3 does (no probabilities).
 
+    FP8, as FA3: q, k, v torch.float8_e4m3fn with q_descale, k_descale, v_descale float32
+    (batch, nheads_k) (None: 1), forward only, out bfloat16: runs hopattn.forward_fp8, the q
+    descale of kv head j applying to the query heads of its group. Causal or full (no window and no
+    softcap in hopattn's FP8 kernels: NotImplementedError).
+
     The other arguments exist for signature compatibility; any non-default value raises
     NotImplementedError naming it (see docs/python.md for what maps and what does not).
     """
+    e4m3 = _is_e4m3(q)
     _reject_unsupported(
         "flash_attn_func",
-        qv=qv, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, attention_chunk=attention_chunk,
-        num_splits=num_splits, pack_gqa=pack_gqa, sm_margin=sm_margin,
+        qv=qv, attention_chunk=attention_chunk, num_splits=num_splits, pack_gqa=pack_gqa, sm_margin=sm_margin,
+        **({} if e4m3 else dict(q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)),
     )
     window = _window(window_size, causal)
     softcap = ops._check_softcap(softcap)  # before the copies below touch a tensor
+    if e4m3:
+        return _fp8_forward("flash_attn_func", q, k, v, (q_descale, k_descale, v_descale), softmax_scale, causal,
+                            window, softcap, return_attn_probs)
     q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
     return ops.attention(
         q, k, v, causal=causal, softmax_scale=softmax_scale, return_lse=bool(return_attn_probs),
         deterministic=deterministic, window_size=window, softcap=softcap,
     )
+
+
+def _is_e4m3(t):
+    """A torch.float8_e4m3fn tensor (told by its dtype's name: this module never imports torch)."""
+    return str(getattr(t, "dtype", "")) == "torch.float8_e4m3fn"
+
+
+def _fp8_forward(function, q, k, v, descales, softmax_scale, causal, window, softcap, return_attn_probs):
+    """FA3's FP8 call on hopattn.forward_fp8. FA3 takes one descale per (batch, kv head) for each
+    of q, k and v; hopattn takes q's per (batch, query head, block) and k's per (batch, kv head,
+    block): q's is repeated over each kv head's group of query heads, and both get a block axis of 1."""
+    if window != ops.NO_WINDOW:
+        raise NotImplementedError(
+            f"{function}: window_size={window} with e4m3 inputs is not supported by hopattn (its FP8 forward has "
+            "causal or full attention only)")
+    if softcap != 0.0:
+        raise NotImplementedError(f"{function}: softcap={softcap} with e4m3 inputs is not supported by hopattn")
+    q_descale, k_descale, v_descale = descales
+    group = int(q.shape[2]) // max(int(k.shape[2]), 1)
+    qd = None if q_descale is None else _contiguous(_repeat_heads(q_descale, group)[:, :, None])
+    kd = None if k_descale is None else _contiguous(k_descale[:, :, None])
+    vd = None if v_descale is None else _contiguous(v_descale)
+    q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
+    return fp8.forward_fp8(q, k, v, qd, kd, vd, causal=causal, softmax_scale=softmax_scale,
+                           return_lse=bool(return_attn_probs))
+
+
+def _repeat_heads(d, group):
+    """(batch, heads_kv) -> (batch, heads_kv * group), each kv head's value repeated over its group."""
+    if hasattr(d, "repeat_interleave"):
+        return d.repeat_interleave(group, dim=1)
+    import numpy as np
+
+    return np.repeat(d, group, axis=1)
+
+
+def _contiguous(t):
+    if hasattr(t, "contiguous"):
+        return t.contiguous()
+    import numpy as np
+
+    return np.ascontiguousarray(t)
 
 
 def _last_dim_contiguous(t):

@@ -3,12 +3,26 @@
 # with (causal and sliding-window masks, softcapping) and the checks built on them, and the torch
 # tests' kernel choice, random inputs, float64 torch reference, error measures and tolerances (torch
 # imported only by those).
+import importlib.util
 import os
+import pathlib
 
 import numpy as np
 import pytest
 
 import hopattn
+
+
+def load_script_or_skip_module(name):
+    """Call at module level: scripts/<name>.py of this checkout as a module. A GPU pack
+    (scripts/gpu-pack.sh) carries tests/ and bench/ but not scripts/: the calling module is skipped."""
+    path = pathlib.Path(__file__).resolve().parents[2] / "scripts" / f"{name}.py"
+    if not path.exists():
+        pytest.skip(f"scripts/{name}.py is not in this tree", allow_module_level=True)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def require_library_or_skip_module():

@@ -121,6 +121,46 @@ def test_flash_attn_varlen_func_names_each_unsupported_argument(argument):
                                    **{argument: UNSUPPORTED[argument]})
 
 
+class FakeE4m3:
+    """Stands for a torch.float8_e4m3fn tensor: the drop-in tells FP8 inputs by the dtype's name."""
+
+    dtype = "torch.float8_e4m3fn"
+
+    def __init__(self, *shape):
+        self.shape = shape
+
+
+def test_flash_attn_func_on_e4m3_runs_forward_fp8_with_fa3s_descales(monkeypatch):
+    # FA3's descales are (batch, nheads_k) for each of q, k, v; hopattn's q_descale is per query head
+    # (each kv head's scale repeated over its group of 3) and q's and k's get a block axis of 1.
+    from hopattn import fp8
+
+    calls = []
+    monkeypatch.setattr(fp8, "forward_fp8", lambda *args, **kw: calls.append((args, kw)) or "out")
+    q, k, v = FakeE4m3(2, 64, 6, 128), FakeE4m3(2, 80, 2, 128), FakeE4m3(2, 80, 2, 128)
+    qd = np.array([[1.0, 2.0], [3.0, 4.0]], dtype=np.float32)
+    kd, vd = qd + 10, qd + 20
+    assert fai.flash_attn_func(q, k, v, softmax_scale=0.25, causal=True, q_descale=qd, k_descale=kd, v_descale=vd,
+                               return_attn_probs=True) == "out"
+    (args, kw), = calls
+    assert args[:3] == (q, k, v)
+    np.testing.assert_array_equal(args[3][..., 0], [[1, 1, 1, 2, 2, 2], [3, 3, 3, 4, 4, 4]])
+    assert args[3].shape == (2, 6, 1) and args[4].shape == (2, 2, 1) and args[5].shape == (2, 2)
+    assert args[3].flags.c_contiguous and args[4].flags.c_contiguous
+    np.testing.assert_array_equal(args[4][..., 0], kd)
+    np.testing.assert_array_equal(args[5], vd)
+    assert kw == dict(causal=True, softmax_scale=0.25, return_lse=True)
+    calls.clear()
+    fai.flash_attn_func(q, k, v)  # no descales: 1, as in FA3
+    assert calls[0][0][3:] == (None, None, None) and calls[0][1]["return_lse"] is False
+    with pytest.raises(NotImplementedError, match=r"^flash_attn_func: window_size=\(128, 0\) with e4m3 inputs"):
+        fai.flash_attn_func(q, k, v, causal=True, window_size=(128, 128))
+    with pytest.raises(NotImplementedError, match=r"^flash_attn_func: softcap=30.0 with e4m3 inputs"):
+        fai.flash_attn_func(q, k, v, softcap=30.0)
+    with pytest.raises(NotImplementedError, match=r"^flash_attn_func: qv="):
+        fai.flash_attn_func(q, k, v, qv=SENTINEL)
+
+
 @pytest.mark.parametrize("deterministic", [False, True])
 def test_flash_attn_varlen_func_passes_its_arguments_through(monkeypatch, deterministic):
     # deterministic reaches varlen_attention (and so the varlen backward), as every mapped argument.
@@ -566,3 +606,36 @@ def test_flash_attn_with_kvcache_equals_attention_with_kvcache_bitwise(page_size
                                                         causal=True, window_size=(3, 0), return_lse=True)
     torch.cuda.synchronize()
     assert torch.equal(out, want_out) and torch.equal(lse, want_lse)
+
+
+@needs_gpu
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_flash_attn_func_on_e4m3_is_forward_fp8(causal):
+    """FA3's FP8 call: e4m3 q, k, v with (batch, nheads_k) descales. The drop-in's output is
+    forward_fp8's on the same codes with q's descale repeated over each group (bitwise), and within
+    FP8 error of bf16 attention on the dequantised inputs."""
+    require_library_or_skip_module()
+    built = {hd for kind, dt, hd in hopattn.build_info()["kernels"] if kind == "fp8" and dt == "bf16"}
+    if not built:
+        pytest.skip("no bf16 FP8 kernel in this build")
+    head_dim = 128 if 128 in built else min(built)
+    q, k, v, _ = gpu_qkv(2, 200, 333, 8, 2, head_dim, torch.bfloat16, seed=4)
+
+    def quantise(x):  # one scale per (batch, kv head): for q, over the kv head's group of query heads
+        b, s, h, d = x.shape
+        groups = x.float().reshape(b, s, 2, h // 2, d)
+        amax = groups.abs().amax(dim=(1, 3, 4)).clamp_min(1e-12)  # (batch, 2)
+        codes = (groups / (amax / 448)[:, None, :, None, None]).to(torch.float8_e4m3fn).reshape(b, s, h, d)
+        return codes, (amax / 448).contiguous()
+
+    (q8, qd), (k8, kd), (v8, vd) = (quantise(t) for t in (q, k, v))
+    out, lse = fai.flash_attn_func(q8, k8, v8, causal=causal, q_descale=qd, k_descale=kd, v_descale=vd,
+                                   return_attn_probs=True)
+    want, want_lse = hopattn.forward_fp8(q8, k8, v8, qd.repeat_interleave(4, dim=1)[:, :, None].contiguous(),
+                                         kd[:, :, None].contiguous(), vd, causal=causal, return_lse=True)
+    assert out.dtype == torch.bfloat16 and torch.equal(out, want) and torch.equal(lse, want_lse)
+    dequant = [(c.float().reshape(2, -1, 2, c.shape[2] // 2, head_dim) * d[:, None, :, None, None]).reshape(c.shape)
+               for c, d in ((q8, qd), (k8, kd), (v8, vd))]
+    if not causal:  # SDPA's causal is top-left: compare the full mask only
+        ref = sdpa(*(t.to(torch.bfloat16) for t in dequant), causal=False).float()
+        assert ((out.float() - ref).norm() / ref.norm()).item() < 6e-2

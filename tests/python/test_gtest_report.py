@@ -1,17 +1,11 @@
 # scripts/gtest_report.py: the summary of sharded GPU gtest runs, on hand-written JSON reports in
 # GoogleTest's format (a pass, a failure, a skip, a disabled test, an unreadable shard).
-import importlib.util
 import json
-import pathlib
 
 import pytest
+from hopattn_test_support import load_script_or_skip_module
 
-_PATH = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "gtest_report.py"
-if not _PATH.exists():  # a GPU pack (scripts/gpu-pack.sh) carries tests/ and bench/ but not scripts/
-    pytest.skip("scripts/gtest_report.py is not in this tree", allow_module_level=True)
-_SPEC = importlib.util.spec_from_file_location("gtest_report", _PATH)
-gtest_report = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(gtest_report)
+gtest_report = load_script_or_skip_module("gtest_report")
 
 
 def _case(name, time, result="COMPLETED", failure=None, status="RUN"):

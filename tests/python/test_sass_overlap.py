@@ -1,15 +1,8 @@
 # scripts/sass_overlap.py's SASS parsing, on a hand-written cuobjdump excerpt.
-import importlib.util
-import pathlib
-
 import pytest
+from hopattn_test_support import load_script_or_skip_module
 
-_PATH = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "sass_overlap.py"
-if not _PATH.exists():  # a GPU pack (scripts/gpu-pack.sh) carries tests/ and bench/ but not scripts/
-    pytest.skip("scripts/sass_overlap.py is not in this tree", allow_module_level=True)
-_SPEC = importlib.util.spec_from_file_location("sass_overlap", _PATH)
-sass_overlap = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(sass_overlap)
+sass_overlap = load_script_or_skip_module("sass_overlap")
 
 _SASS = """
 	code for sm_90a
