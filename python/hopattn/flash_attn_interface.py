@@ -5,8 +5,8 @@
 #
 # Same function names, argument names, argument order, defaults and return conventions. What
 # hopattn computes maps one-to-one onto hopattn.attention, sliding windows (window_size) and
-# softcapping (softcap) included, and flash_attn_func's FP8 call (e4m3 q, k, v with descales) onto
-# hopattn.forward_fp8; every argument that asks for something hopattn does not do (FP8 descales
+# softcapping (softcap) included, and the FP8 call of flash_attn_func and flash_attn_varlen_func
+# (e4m3 q, k, v with descales) onto hopattn.forward_fp8 / forward_fp8_varlen; every argument that asks for something hopattn does not do (FP8 descales
 # elsewhere, rotary embeddings in the KV-cache call, ...) raises
 # NotImplementedError naming the argument, before any tensor is touched: a caller must never get
 # plain attention where it asked for something else.
@@ -158,10 +158,13 @@ def _is_e4m3(t):
     return str(getattr(t, "dtype", "")) == "torch.float8_e4m3fn"
 
 
-def _fp8_forward(function, q, k, v, descales, softmax_scale, causal, window, softcap, return_attn_probs):
-    """FA3's FP8 call on hopattn.forward_fp8. FA3 takes one descale per (batch, kv head) for each
-    of q, k and v; hopattn takes q's per (batch, query head, block) and k's per (batch, kv head,
-    block): q's is repeated over each kv head's group of query heads, and both get a block axis of 1."""
+def _fp8_forward(function, q, k, v, descales, softmax_scale, causal, window, softcap, return_attn_probs,
+                 varlen_args=None):
+    """FA3's FP8 call on hopattn.forward_fp8 (forward_fp8_varlen with varlen_args: cu_seqlens_q,
+    cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q, seqused_k). FA3 takes one descale per
+    (batch, kv head) for each of q, k and v; hopattn takes q's per (batch, query head, block) and k's
+    per (batch, kv head, block): q's is repeated over each kv head's group of query heads, and both
+    get a block axis of 1. The heads are dim 2 of fixed-length q/k and dim 1 of packed ones."""
     if window != ops.NO_WINDOW:
         raise NotImplementedError(
             f"{function}: window_size={window} with e4m3 inputs is not supported by hopattn (its FP8 forward has "
@@ -169,13 +172,18 @@ def _fp8_forward(function, q, k, v, descales, softmax_scale, causal, window, sof
     if softcap != 0.0:
         raise NotImplementedError(f"{function}: softcap={softcap} with e4m3 inputs is not supported by hopattn")
     q_descale, k_descale, v_descale = descales
-    group = int(q.shape[2]) // max(int(k.shape[2]), 1)
+    heads = 1 if varlen_args is not None else 2
+    group = int(q.shape[heads]) // max(int(k.shape[heads]), 1)
     qd = None if q_descale is None else _contiguous(_repeat_heads(q_descale, group)[:, :, None])
     kd = None if k_descale is None else _contiguous(k_descale[:, :, None])
     vd = None if v_descale is None else _contiguous(v_descale)
     q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
-    return fp8.forward_fp8(q, k, v, qd, kd, vd, causal=causal, softmax_scale=softmax_scale,
-                           return_lse=bool(return_attn_probs))
+    if varlen_args is None:
+        return fp8.forward_fp8(q, k, v, qd, kd, vd, causal=causal, softmax_scale=softmax_scale,
+                               return_lse=bool(return_attn_probs))
+    cu_q, cu_k, max_q, max_k, used_q, used_k = varlen_args
+    return fp8.forward_fp8_varlen(q, k, v, cu_q, cu_k, max_q, max_k, qd, kd, vd, seqused_q=used_q, seqused_k=used_k,
+                                  causal=causal, softmax_scale=softmax_scale, return_lse=bool(return_attn_probs))
 
 
 def _repeat_heads(d, group):
@@ -290,16 +298,22 @@ def flash_attn_varlen_func(
 
     With grad mode on and q, k or v requiring grad, out is differentiable with respect to q, k and v
     (hopattn's sm90 varlen backward; no gradient for the index tensors). deterministic=True makes
-    that backward bitwise reproducible, as in FA3 (no effect on the forward). Any other argument at a
-    non-default value raises NotImplementedError naming it.
+    that backward bitwise reproducible, as in FA3 (no effect on the forward). FP8 (e4m3 q, k, v with
+    (batch, nheads_k) descales) as in flash_attn_func, on hopattn.forward_fp8_varlen. Any other
+    argument at a non-default value raises NotImplementedError naming it.
     """
+    e4m3 = _is_e4m3(q)
     _reject_unsupported(
         "flash_attn_varlen_func",
-        qv=qv, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, attention_chunk=attention_chunk,
-        num_splits=num_splits, pack_gqa=pack_gqa, sm_margin=sm_margin,
+        qv=qv, attention_chunk=attention_chunk, num_splits=num_splits, pack_gqa=pack_gqa, sm_margin=sm_margin,
+        **({} if e4m3 else dict(q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)),
     )
     window = _window(window_size, causal)
     softcap = ops._check_softcap(softcap)  # before the copies below touch a tensor
+    if e4m3:
+        varlen_args = (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q, seqused_k)
+        return _fp8_forward("flash_attn_varlen_func", q, k, v, (q_descale, k_descale, v_descale), softmax_scale,
+                            causal, window, softcap, return_attn_probs, varlen_args)
     q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
     return varlen.varlen_attention(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=causal, softmax_scale=softmax_scale,

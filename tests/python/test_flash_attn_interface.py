@@ -161,6 +161,26 @@ def test_flash_attn_func_on_e4m3_runs_forward_fp8_with_fa3s_descales(monkeypatch
         fai.flash_attn_func(q, k, v, qv=SENTINEL)
 
 
+def test_flash_attn_varlen_func_on_e4m3_runs_forward_fp8_varlen(monkeypatch):
+    # Packed: heads are dim 1; the descales are (batch, nheads_k) as in flash_attn_func.
+    from hopattn import fp8
+
+    calls = []
+    monkeypatch.setattr(fp8, "forward_fp8_varlen", lambda *args, **kw: calls.append((args, kw)) or "out")
+    q, k, v = FakeE4m3(300, 4, 64), FakeE4m3(250, 2, 64), FakeE4m3(250, 2, 64)
+    cu_q, cu_k, used_k = (np.zeros(3, np.int32) for _ in range(3))
+    qd = np.array([[1.0, 2.0], [3.0, 4.0]], dtype=np.float32)
+    assert fai.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 200, 150, seqused_k=used_k, causal=True, q_descale=qd,
+                                      v_descale=qd + 1) == "out"
+    (args, kw), = calls
+    assert args[:5] == (q, k, v, cu_q, cu_k) and args[5:7] == (200, 150)
+    np.testing.assert_array_equal(args[7][..., 0], [[1, 1, 2, 2], [3, 3, 4, 4]])
+    assert args[8] is None and args[9].shape == (2, 2)
+    assert kw == dict(seqused_q=None, seqused_k=used_k, causal=True, softmax_scale=None, return_lse=False)
+    with pytest.raises(NotImplementedError, match=r"^flash_attn_varlen_func: softcap=5.0 with e4m3 inputs"):
+        fai.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 200, 150, softcap=5.0)
+
+
 @pytest.mark.parametrize("deterministic", [False, True])
 def test_flash_attn_varlen_func_passes_its_arguments_through(monkeypatch, deterministic):
     # deterministic reaches varlen_attention (and so the varlen backward), as every mapped argument.
@@ -639,3 +659,27 @@ def test_flash_attn_func_on_e4m3_is_forward_fp8(causal):
     if not causal:  # SDPA's causal is top-left: compare the full mask only
         ref = sdpa(*(t.to(torch.bfloat16) for t in dequant), causal=False).float()
         assert ((out.float() - ref).norm() / ref.norm()).item() < 6e-2
+
+
+@needs_gpu
+def test_flash_attn_varlen_func_on_e4m3_is_forward_fp8_varlen():
+    """The packed FP8 call: bitwise forward_fp8_varlen's output with q's descale expanded by hand."""
+    require_library_or_skip_module()
+    built = {hd for kind, dt, hd in hopattn.build_info()["kernels"] if kind == "fp8" and dt == "bf16"}
+    if not built:
+        pytest.skip("no bf16 FP8 kernel in this build")
+    head_dim = 128 if 128 in built else min(built)
+    gen = torch.Generator(device="cuda").manual_seed(6)
+    lens_q, lens_k = [100, 37], [150, 90]
+    cu_q = torch.tensor([0, 100, 137], dtype=torch.int32, device="cuda")
+    cu_k = torch.tensor([0, 150, 240], dtype=torch.int32, device="cuda")
+    q8, k8, v8 = (torch.randn((n, h, head_dim), generator=gen, device="cuda").to(torch.float8_e4m3fn)
+                  for n, h in ((sum(lens_q), 8), (sum(lens_k), 2), (sum(lens_k), 2)))
+    qd, kd, vd = (torch.rand((2, 2), generator=gen, device="cuda") + 0.5 for _ in range(3))
+    for causal in (False, True):
+        out = fai.flash_attn_varlen_func(q8, k8, v8, cu_q, cu_k, 100, 150, causal=causal, q_descale=qd, k_descale=kd,
+                                         v_descale=vd)
+        want = hopattn.forward_fp8_varlen(q8, k8, v8, cu_q, cu_k, 100, 150,
+                                          qd.repeat_interleave(4, dim=1)[:, :, None].contiguous(),
+                                          kd[:, :, None].contiguous(), vd, causal=causal)
+        assert out.dtype == torch.bfloat16 and torch.equal(out, want)
