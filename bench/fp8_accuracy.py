@@ -141,7 +141,7 @@ GPU_VARIANTS = [  # (key, table header)
     ("block", "FP8 block only"),
     ("incoherent", "FP8 incoherent only"),
     ("both_qk", "FP8 block + incoherent (Q, K rotated)"),
-    ("both", "FP8 block + incoherent (Q, K, V rotated)"),
+    ("both", "FP8 block + incoherent (attention_fp8's defaults)"),
 ]
 
 
