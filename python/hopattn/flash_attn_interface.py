@@ -5,9 +5,10 @@
 #
 # Same function names, argument names, argument order, defaults and return conventions. What
 # hopattn computes maps one-to-one onto hopattn.attention, sliding windows (window_size) and
-# softcapping (softcap) included, and the FP8 call of flash_attn_func and flash_attn_varlen_func
-# (e4m3 q, k, v with descales) onto hopattn.forward_fp8 / forward_fp8_varlen; every argument that asks for something hopattn does not do (FP8 descales
-# elsewhere, rotary embeddings in the KV-cache call, ...) raises
+# softcapping (softcap) included, and the FP8 call of flash_attn_func, flash_attn_qkvpacked_func and
+# flash_attn_varlen_func (e4m3 q, k, v with descales) onto hopattn.forward_fp8 / forward_fp8_varlen;
+# every argument that asks for something hopattn does not do (FP8 descales elsewhere, rotary
+# embeddings in the KV-cache call, ...) raises
 # NotImplementedError naming the argument, before any tensor is touched: a caller must never get
 # plain attention where it asked for something else.
 # flash_attn_varlen_func maps onto hopattn.varlen_attention (differentiable on CUDA tensors);
@@ -227,15 +228,20 @@ def flash_attn_qkvpacked_func(
     """flash_attn_func on one packed tensor: qkv (batch, seqlen, 3, nheads, headdim), or with
     num_heads_q (GQA) qkv (batch, seqlen, num_heads_q + 2 * nheads_k, headdim) holding q's heads,
     then k's, then v's. q, k and v are strided views of qkv: nothing is copied, and the gradient
-    lands in one tensor shaped like qkv. window_size and softcap as for flash_attn_func."""
+    lands in one tensor shaped like qkv. window_size and softcap as for flash_attn_func. An e4m3
+    qkv with (batch, nheads_k) descales is FA3's FP8 call, as in flash_attn_func (forward only)."""
+    e4m3 = _is_e4m3(qkv)
     _reject_unsupported(
         "flash_attn_qkvpacked_func",
-        q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, attention_chunk=attention_chunk,
-        sm_margin=sm_margin,
+        attention_chunk=attention_chunk, sm_margin=sm_margin,
+        **({} if e4m3 else dict(q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)),
     )
     window = _window(window_size, causal)
     softcap = ops._check_softcap(softcap)
     q, k, v = _unpack_qkv(qkv, num_heads_q)
+    if e4m3:
+        return _fp8_forward("flash_attn_qkvpacked_func", q, k, v, (q_descale, k_descale, v_descale), softmax_scale,
+                            causal, window, softcap, return_attn_probs)
     return ops.attention(
         q, k, v, causal=causal, softmax_scale=softmax_scale, return_lse=bool(return_attn_probs),
         deterministic=deterministic, window_size=window, softcap=softcap,

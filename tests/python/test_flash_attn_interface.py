@@ -122,12 +122,17 @@ def test_flash_attn_varlen_func_names_each_unsupported_argument(argument):
 
 
 class FakeE4m3:
-    """Stands for a torch.float8_e4m3fn tensor: the drop-in tells FP8 inputs by the dtype's name."""
+    """Stands for a torch.float8_e4m3fn tensor: the drop-in tells FP8 inputs by the dtype's name.
+    Indexing gives the view's shape (backed by an empty byte array), as qkv's unpacking needs."""
 
     dtype = "torch.float8_e4m3fn"
 
-    def __init__(self, *shape):
-        self.shape = shape
+    def __init__(self, *shape, array=None):
+        self.array = np.empty(shape, np.uint8) if array is None else array
+        self.shape = self.array.shape
+
+    def __getitem__(self, index):
+        return FakeE4m3(array=self.array[index])
 
 
 def test_flash_attn_func_on_e4m3_runs_forward_fp8_with_fa3s_descales(monkeypatch):
@@ -159,6 +164,25 @@ def test_flash_attn_func_on_e4m3_runs_forward_fp8_with_fa3s_descales(monkeypatch
         fai.flash_attn_func(q, k, v, softcap=30.0)
     with pytest.raises(NotImplementedError, match=r"^flash_attn_func: qv="):
         fai.flash_attn_func(q, k, v, qv=SENTINEL)
+
+
+def test_flash_attn_qkvpacked_func_on_e4m3_runs_forward_fp8(monkeypatch):
+    from hopattn import fp8
+
+    calls = []
+    monkeypatch.setattr(fp8, "forward_fp8", lambda *args, **kw: calls.append((args, kw)) or "out")
+    qd = np.array([[1.0, 2.0]], dtype=np.float32)
+    qkv = FakeE4m3(1, 16, 8, 64)  # GQA packing: 4 query heads, then 2 k heads, then 2 v heads
+    assert fai.flash_attn_qkvpacked_func(qkv, q_descale=qd, k_descale=qd, num_heads_q=4) == "out"
+    (args, kw), = calls
+    assert [a.shape for a in args[:3]] == [(1, 16, 4, 64), (1, 16, 2, 64), (1, 16, 2, 64)]
+    np.testing.assert_array_equal(args[3][..., 0], [[1, 1, 2, 2]])
+    assert args[4].shape == (1, 2, 1) and args[5] is None
+    calls.clear()
+    fai.flash_attn_qkvpacked_func(FakeE4m3(1, 16, 3, 4, 64), causal=True)  # (b, s, 3, h, d), no descales
+    assert [a.shape for a in calls[0][0][:3]] == [(1, 16, 4, 64)] * 3 and calls[0][1]["causal"] is True
+    with pytest.raises(NotImplementedError, match=r"^flash_attn_qkvpacked_func: window_size=\(8, 8\) with e4m3"):
+        fai.flash_attn_qkvpacked_func(qkv, window_size=(8, 8), num_heads_q=4)
 
 
 def test_flash_attn_varlen_func_on_e4m3_runs_forward_fp8_varlen(monkeypatch):
@@ -628,17 +652,22 @@ def test_flash_attn_with_kvcache_equals_attention_with_kvcache_bitwise(page_size
     assert torch.equal(out, want_out) and torch.equal(lse, want_lse)
 
 
+def fp8_head_dim_or_skip():
+    """A head dim with a bf16-output FP8 kernel in this build (128 if there), else skip."""
+    require_library_or_skip_module()
+    built = {hd for kind, dt, hd in hopattn.build_info()["kernels"] if kind == "fp8" and dt == "bf16"}
+    if not built:
+        pytest.skip("no bf16 FP8 kernel in this build")
+    return 128 if 128 in built else min(built)
+
+
 @needs_gpu
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_flash_attn_func_on_e4m3_is_forward_fp8(causal):
     """FA3's FP8 call: e4m3 q, k, v with (batch, nheads_k) descales. The drop-in's output is
     forward_fp8's on the same codes with q's descale repeated over each group (bitwise), and within
     FP8 error of bf16 attention on the dequantised inputs."""
-    require_library_or_skip_module()
-    built = {hd for kind, dt, hd in hopattn.build_info()["kernels"] if kind == "fp8" and dt == "bf16"}
-    if not built:
-        pytest.skip("no bf16 FP8 kernel in this build")
-    head_dim = 128 if 128 in built else min(built)
+    head_dim = fp8_head_dim_or_skip()
     q, k, v, _ = gpu_qkv(2, 200, 333, 8, 2, head_dim, torch.bfloat16, seed=4)
 
     def quantise(x):  # one scale per (batch, kv head): for q, over the kv head's group of query heads
@@ -664,11 +693,7 @@ def test_flash_attn_func_on_e4m3_is_forward_fp8(causal):
 @needs_gpu
 def test_flash_attn_varlen_func_on_e4m3_is_forward_fp8_varlen():
     """The packed FP8 call: bitwise forward_fp8_varlen's output with q's descale expanded by hand."""
-    require_library_or_skip_module()
-    built = {hd for kind, dt, hd in hopattn.build_info()["kernels"] if kind == "fp8" and dt == "bf16"}
-    if not built:
-        pytest.skip("no bf16 FP8 kernel in this build")
-    head_dim = 128 if 128 in built else min(built)
+    head_dim = fp8_head_dim_or_skip()
     gen = torch.Generator(device="cuda").manual_seed(6)
     lens_q, lens_k = [100, 37], [150, 90]
     cu_q = torch.tensor([0, 100, 137], dtype=torch.int32, device="cuda")
@@ -683,3 +708,15 @@ def test_flash_attn_varlen_func_on_e4m3_is_forward_fp8_varlen():
                                           qd.repeat_interleave(4, dim=1)[:, :, None].contiguous(),
                                           kd[:, :, None].contiguous(), vd, causal=causal)
         assert out.dtype == torch.bfloat16 and torch.equal(out, want)
+
+
+@needs_gpu
+def test_flash_attn_qkvpacked_func_on_e4m3_is_flash_attn_func_on_its_views():
+    head_dim = fp8_head_dim_or_skip()
+    gen = torch.Generator(device="cuda").manual_seed(8)
+    qkv = torch.randn((2, 150, 3, 4, head_dim), generator=gen, device="cuda").to(torch.float8_e4m3fn)
+    qd, kd, vd = (torch.rand((2, 4), generator=gen, device="cuda") + 0.5 for _ in range(3))
+    out = fai.flash_attn_qkvpacked_func(qkv, causal=True, q_descale=qd, k_descale=kd, v_descale=vd)
+    want = fai.flash_attn_func(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], causal=True, q_descale=qd, k_descale=kd,
+                               v_descale=vd)
+    assert torch.equal(out, want)
