@@ -22,6 +22,9 @@
 # device tool's output folder); a summary of each phase is printed. Example:
 #   GT_FILTER='*Backward*' AB_POINTS=256:4096:0,256:2048:1 bash scripts/gpu-phases.sh gt ab
 set -uo pipefail
+for knob in GT_SHARDS PY_SHARDS; do  # process counts: a typo must not run one shard or none quietly
+  [[ -z "${!knob:-}" || "${!knob}" =~ ^[1-9][0-9]*$ ]] || { echo "$knob must be a positive integer, got '${!knob}'" >&2; exit 2; }
+done
 p=$PWD/${PACK:-.gpu}
 [ -f $p/lib/libhopattn.so ] || xz -T8 -dk $p/lib/libhopattn.so.xz
 ab=$PWD/.gpu-exp/ab
