@@ -22,6 +22,9 @@
 # device tool's output folder); a summary of each phase is printed. Example:
 #   GT_FILTER='*Backward*' AB_POINTS=256:4096:0,256:2048:1 bash scripts/gpu-phases.sh gt ab
 set -uo pipefail
+for knob in GT_SHARDS PY_SHARDS; do  # process counts: a typo must not run one shard or none quietly
+  [[ -z "${!knob:-}" || "${!knob}" =~ ^[1-9][0-9]*$ ]] || { echo "$knob must be a positive integer, got '${!knob}'" >&2; exit 2; }
+done
 p=$PWD/${PACK:-.gpu}
 [ -f $p/lib/libhopattn.so ] || xz -T8 -dk $p/lib/libhopattn.so.xz
 ab=$PWD/.gpu-exp/ab
@@ -53,23 +56,15 @@ t0=$(date +%s)
 for phase in "$@"; do
   echo "=== $phase $(( $(date +%s) - t0 )) s lib=$LIB"
   case $phase in
-    gt)
+    gt)  # N shards (1 by default), each a process with its own log and JSON report
       n=${GT_SHARDS:-1}
-      if [ "$n" -le 1 ]; then
-        withlib $LIB timeout ${GT_T:-330} $p/bin/hopattn_gpu_tests --gtest_brief=1 --gtest_filter="${GT_FILTER:-*}" \
-          --gtest_output=json:$O/gt-$name.json > $O/gt-$name.log 2>&1
-        echo "rc=$?"
-        grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED|tests ran' $O/gt-$name.log | sed 's/, where.*//' | head -12
-        python3 scripts/gtest_report.py --top 8 $O/gt-$name.json | grep -v '^FAILED'
-      else
-        for i in $(seq 0 $((n - 1))); do
-          GTEST_TOTAL_SHARDS=$n GTEST_SHARD_INDEX=$i withlib $LIB timeout ${GT_T:-330} $p/bin/hopattn_gpu_tests --gtest_brief=1 \
-            --gtest_filter="${GT_FILTER:-*}" --gtest_output=json:$O/gt-$name-$i.json > $O/gt-$name-$i.log 2>&1 &
-        done
-        rcs=""; for job in $(jobs -p); do wait $job; rcs="$rcs $?"; done
-        echo "rc=$rcs (one per shard)"
-        python3 scripts/gtest_report.py --top 8 $(for i in $(seq 0 $((n - 1))); do echo $O/gt-$name-$i.json; done) | head -40
-      fi ;;
+      for i in $(seq 0 $((n - 1))); do
+        GTEST_TOTAL_SHARDS=$n GTEST_SHARD_INDEX=$i withlib $LIB timeout ${GT_T:-330} $p/bin/hopattn_gpu_tests --gtest_brief=1 \
+          --gtest_filter="${GT_FILTER:-*}" --gtest_output=json:$O/gt-$name-$i.json > $O/gt-$name-$i.log 2>&1 &
+      done
+      rcs=""; for job in $(jobs -p); do wait $job; rcs="$rcs $?"; done
+      echo "rc=$rcs (one per shard)"
+      python3 scripts/gtest_report.py --top 8 $(for i in $(seq 0 $((n - 1))); do echo $O/gt-$name-$i.json; done) | head -40 ;;
     py)
       n=${PY_SHARDS:-1}
       if [ "$n" -le 1 ]; then

@@ -139,6 +139,13 @@ struct Mutator {
     }
   }
 
+  // One to three random changes (mutate) to the tensors `ts` and the scalar arguments.
+  void mutate_some(std::vector<std::pair<const char*, TensorRef*>>& ts, std::optional<float>& scale, Window& w,
+                   float& softcap, bool& causal) {
+    const int n = 1 + static_cast<int>(rng() % 3);
+    for (int i = 0; i < n; ++i) mutate(ts, scale, w, softcap, causal);
+  }
+
   // One random change to the tensors `ts` and the scalar arguments.
   void mutate(std::vector<std::pair<const char*, TensorRef*>>& ts, std::optional<float>& scale, Window& w,
               float& softcap, bool& causal) {
@@ -210,6 +217,13 @@ struct Tally {
     ++rejected;
     EXPECT_TRUE(names_an_argument(r.message)) << "\"" << r.message << "\" names no argument; " << log;
   }
+  // One validation's outcome: counted, and an accepted call checked by on_accept.
+  template <class OnAccept>
+  void judge(const Result& r, const std::string& log, OnAccept on_accept) {
+    if (!r.ok()) return reject(r, log);
+    ++accepted;
+    on_accept();
+  }
   void expect_both_common(int min_rejected) const {
     if (::testing::Test::HasFailure()) return;  // the first failing case is the one to read
     EXPECT_GT(accepted, kCases / 20);
@@ -223,18 +237,14 @@ TEST(ValidationFuzz, Forward) {
     Mutator m{std::mt19937_64(kSeed + 1000 + c), {}};
     ForwardArgs a = valid_forward();
     std::vector<std::pair<const char*, TensorRef*>> ts = {{"q", &a.q}, {"k", &a.k}, {"v", &a.v}, {"out", &a.out}, {"lse", &a.lse}};
-    const int n = 1 + static_cast<int>(m.rng() % 3);
-    for (int i = 0; i < n; ++i) m.mutate(ts, a.softmax_scale, a.window, a.softcap, a.causal);
+    m.mutate_some(ts, a.softmax_scale, a.window, a.softcap, a.causal);
     (void)forward_workspace_size(a);  // any args: a size or 0, never undefined behaviour
     for (Backend b : {Backend::kSm90, Backend::kCudaReference, Backend::kCpu, Backend::kSm90Fp8}) {
       AttnProblem p;
       const Result r = validate_forward(a, b, &p);
-      if (r.ok()) {
-        ++tally.accepted;
+      tally.judge(r, m.log, [&] {
         expect_indexable(ts, {"out", "lse"}, rows(p.batch, p.heads_q, p.seqlen_q), rows(p.batch, p.heads_kv, p.seqlen_k), m.log);
-      } else {
-        tally.reject(r, m.log);
-      }
+      });
     }
     if (::testing::Test::HasFailure()) break;  // the first failing case is enough to read
   }
@@ -252,20 +262,16 @@ TEST(ValidationFuzz, Backward) {
     std::vector<std::pair<const char*, TensorRef*>> ts = {{"q", &a.q},       {"k", &a.k},   {"v", &a.v},
                                                           {"out", &a.out},   {"lse", &a.lse}, {"dout", &a.dout},
                                                           {"dq", &a.dq},     {"dk", &a.dk}, {"dv", &a.dv}};
-    const int n = 1 + static_cast<int>(m.rng() % 3);
-    for (int i = 0; i < n; ++i) m.mutate(ts, a.softmax_scale, a.window, a.softcap, a.causal);
+    m.mutate_some(ts, a.softmax_scale, a.window, a.softcap, a.causal);
     a.deterministic = m.rng() % 2;
     (void)backward_workspace_size(a);
     for (Backend b : {Backend::kSm90, Backend::kCpu}) {
       AttnBackwardProblem p;
       const Result r = validate_backward(a, b, &p);
-      if (r.ok()) {
-        ++tally.accepted;
+      tally.judge(r, m.log, [&] {
         expect_indexable(ts, {"dq", "dk", "dv"}, rows(p.fwd.batch, p.fwd.heads_q, p.fwd.seqlen_q),
                          rows(p.fwd.batch, p.fwd.heads_kv, p.fwd.seqlen_k), m.log);
-      } else {
-        tally.reject(r, m.log);
-      }
+      });
     }
     if (::testing::Test::HasFailure()) break;
   }
@@ -302,20 +308,16 @@ TEST(ValidationFuzz, KvCache) {
     std::vector<std::pair<const char*, TensorRef*>> ts = {{"q", &a.q},         {"out", &a.out},     {"k_cache", &a.k_cache},
                                                           {"v_cache", &a.v_cache}, {"k_new", &a.k_new}, {"v_new", &a.v_new},
                                                           {"lse", &a.lse}};
-    const int n = 1 + static_cast<int>(m.rng() % 3);
-    for (int i = 0; i < n; ++i) m.mutate(ts, a.softmax_scale, a.window, a.softcap, a.causal);
+    m.mutate_some(ts, a.softmax_scale, a.window, a.softcap, a.causal);
     (void)attention_with_kvcache_workspace_size(a);
     for (Backend be : {Backend::kSm90, Backend::kCpu}) {
       KvCacheProblem p;
       const Result r = validate_kvcache(a, be, &p);
-      if (r.ok()) {
-        ++tally.accepted;
+      tally.judge(r, m.log, [&] {
         std::vector<std::string> written = {"out", "lse"};
         if (p.seqlen_new > 0 || !tensor_absent(a.k_new)) written.insert(written.end(), {"k_cache", "v_cache"});
         expect_indexable(ts, written, rows(p.batch, p.heads_q, p.seqlen_q), 0, m.log);
-      } else {
-        tally.reject(r, m.log);
-      }
+      });
     }
     if (::testing::Test::HasFailure()) break;
   }
@@ -342,17 +344,13 @@ TEST(ValidationFuzz, Fp8Forward) {
         {"v_descale", &a.v_descale}, {"out", &a.out}, {"lse", &a.lse}};
     Window w;  // the FP8 call has no window or softcap: mutated, then dropped
     float softcap = 0.f;
-    const int n = 1 + static_cast<int>(m.rng() % 3);
-    for (int i = 0; i < n; ++i) m.mutate(ts, a.softmax_scale, w, softcap, a.causal);
+    m.mutate_some(ts, a.softmax_scale, w, softcap, a.causal);
     (void)forward_fp8_workspace_size(a);
     Fp8AttnProblem p;
     const Result r = validate_forward_fp8(a, &p);
-    if (r.ok()) {
-      ++tally.accepted;
+    tally.judge(r, m.log, [&] {
       expect_indexable(ts, {"out"}, rows(p.base.batch, p.base.heads_q, p.base.seqlen_q), 0, m.log);
-    } else {
-      tally.reject(r, m.log);
-    }
+    });
     if (::testing::Test::HasFailure()) break;
   }
   tally.expect_both_common(kCases / 2);
@@ -378,18 +376,14 @@ TEST(ValidationFuzz, Varlen) {
     a.max_seqlen_q = 6;
     a.max_seqlen_k = 5;
     std::vector<std::pair<const char*, TensorRef*>> ts = {{"q", &a.q}, {"k", &a.k}, {"v", &a.v}, {"out", &a.out}, {"lse", &a.lse}};
-    const int n = 1 + static_cast<int>(m.rng() % 3);
-    for (int i = 0; i < n; ++i) m.mutate(ts, a.softmax_scale, a.window, a.softcap, a.causal);
+    m.mutate_some(ts, a.softmax_scale, a.window, a.softcap, a.causal);
     (void)forward_varlen_workspace_size(a);
     for (Backend be : {Backend::kSm90, Backend::kCpu, Backend::kSm90Fp8}) {
       VarlenProblem p;
       const Result r = validate_forward_varlen(a, be, &p);
-      if (r.ok()) {
-        ++tally.accepted;
+      tally.judge(r, m.log, [&] {
         expect_indexable(ts, {"out"}, rows(1, p.total_q, p.heads_q), rows(1, p.total_k, p.heads_kv), m.log);
-      } else {
-        tally.reject(r, m.log);
-      }
+      });
     }
     if (::testing::Test::HasFailure()) break;
   }

@@ -61,3 +61,17 @@ def test_a_missing_or_truncated_shard_is_a_failure(tmp_path, capsys):
     assert gtest_report.main([ok, str(tmp_path / "cut.json"), str(tmp_path / "absent.json")]) == 1
     out = capsys.readouterr().out
     assert out.count("UNREADABLE") == 2 and "absent.json" in out
+
+
+@pytest.mark.parametrize("knob,value", [("GT_SHARDS", "four"), ("GT_SHARDS", "0"), ("PY_SHARDS", "-2")])
+def test_gpu_phases_refuses_a_bad_shard_count(knob, value):
+    # scripts/gpu-phases.sh checks its process counts before it touches a pack.
+    import os
+    import pathlib
+    import subprocess
+
+    root = pathlib.Path(__file__).resolve().parents[2]
+    env = dict(os.environ, **{knob: value})
+    r = subprocess.run(["bash", str(root / "scripts" / "gpu-phases.sh"), "gt"], cwd=root, env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and f"{knob} must be a positive integer, got '{value}'" in r.stderr, (r.returncode, r.stderr)
