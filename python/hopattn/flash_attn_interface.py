@@ -13,11 +13,12 @@
 # plain attention where it asked for something else.
 # flash_attn_varlen_func maps onto hopattn.varlen_attention (differentiable on CUDA tensors);
 # flash_attn_with_kvcache maps onto hopattn.attention_with_kvcache (forward only);
-# flash_attn_combine and get_scheduler_metadata raise until hopattn has those features.
+# flash_attn_combine onto hopattn.merge.combine_partials (torch arithmetic, no kernel);
+# get_scheduler_metadata raises until hopattn has that feature.
 #
 # Like the rest of hopattn this module never imports torch (the tensors passed in come from the
 # caller's torch), so importing it is cheap and works without torch.
-from . import fp8, kvcache, ops, varlen
+from . import fp8, kvcache, merge, ops, varlen
 
 __all__ = [
     "flash_attn_func",
@@ -442,13 +443,20 @@ def _cache_seqlens(q, k_cache, cache_seqlens, page_table, k):
     return cache_seqlens
 
 
-# --- not yet: the other serving entry points -------------------------------------------------------
+# --- the other serving entry points -------------------------------------------------------
 
 
 def flash_attn_combine(out_partial, lse_partial, out=None, out_dtype=None):
-    """FA3's merge of split-KV partial results. Not implemented on the GPU (hopattn.merge has the
-    numpy model); always raises NotImplementedError."""
-    _not_yet("flash_attn_combine", "combining split-KV partials", "out_partial, lse_partial")
+    """FA3's merge of split-KV partial results: hopattn.merge.combine_partials (float32 tensor
+    arithmetic in torch on the partials' device, split by split; no dedicated kernel).
+
+    out_partial float32 (num_splits, batch, seqlen, nheads, headdim), lse_partial float32
+    (num_splits, batch, seqlen, nheads) natural-log (a split that saw none of a row's keys: -inf).
+    Returns (out, softmax_lse) as FA3's fwd_combine: out (batch, seqlen, nheads, headdim) in
+    out_dtype (float32, bfloat16 or float16; default float32), written into `out` when given;
+    softmax_lse float32 (batch, seqlen, nheads). A row no split saw gets out 0 and lse -inf
+    (FA3's kernel writes +inf there)."""
+    return merge.combine_partials(out_partial, lse_partial, out=out, out_dtype=out_dtype)
 
 
 def get_scheduler_metadata(*args, **kwargs):

@@ -4,7 +4,8 @@
 #    (every function hands softcap on, the KV-cache call too since C ABI 8; softcap's values are
 #    tested in test_softcap.py); every function hands window_size on with FA3's causal rule (the KV-cache
 #    call too, since C ABI 7);
-#    flash_attn_combine / get_scheduler_metadata raise; importing it imports no torch;
+#    flash_attn_combine is merge.combine_partials (test_merge.py tests its maths);
+#    get_scheduler_metadata raises; importing it imports no torch;
 #    flash_attn_varlen_func and flash_attn_with_kvcache hand every supported argument to
 #    hopattn.varlen_attention / attention_with_kvcache (an int cache_seqlens broadcast to int32).
 #    (varlen results and gradients are tested with hopattn.varlen_attention in test_varlen.py.)
@@ -28,7 +29,7 @@ import pytest
 
 import hopattn
 from hopattn import flash_attn_interface as fai
-from hopattn import ops
+from hopattn import merge, ops
 from hopattn_test_support import gpu_kernel_pair, gpu_qkv, optional_torch, rel_l2, require_library_or_skip_module
 
 torch, HAS_SM90, needs_torch, needs_gpu = optional_torch()
@@ -342,9 +343,17 @@ def test_flash_attn_with_kvcache_int_and_missing_cache_seqlens(monkeypatch):
         fai.flash_attn_with_kvcache(q, cache, cache, k=cache[:, :1], v=cache[:, :1])
 
 
-def test_combine_and_scheduler_metadata_are_not_implemented_yet():
-    with pytest.raises(NotImplementedError, match="flash_attn_combine"):
-        fai.flash_attn_combine(SENTINEL, SENTINEL)
+def test_combine_is_merge_combine_partials_and_scheduler_metadata_is_not_implemented_yet():
+    rng = np.random.default_rng(0)
+    out_partial = rng.standard_normal((3, 2, 5, 4, 8)).astype(np.float32)
+    lse_partial = rng.standard_normal((3, 2, 4, 5)).astype(np.float32).swapaxes(2, 3)
+    out, lse = fai.flash_attn_combine(out_partial, lse_partial, out_dtype=np.float16)
+    want, want_lse = merge.combine_partials(out_partial, lse_partial, out_dtype=np.float16)
+    np.testing.assert_array_equal(out, want)
+    np.testing.assert_array_equal(lse, want_lse)
+    assert out.dtype == np.float16 and lse.shape == (2, 5, 4)
+    with pytest.raises(TypeError, match="out_partial: dtype must be float32"):
+        fai.flash_attn_combine(out_partial.astype(np.float64), lse_partial)
     with pytest.raises(NotImplementedError, match="get_scheduler_metadata"):
         fai.get_scheduler_metadata(1, 1, 1, 1, 1, 64, SENTINEL)
 
@@ -720,3 +729,31 @@ def test_flash_attn_qkvpacked_func_on_e4m3_is_flash_attn_func_on_its_views():
     want = fai.flash_attn_func(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], causal=True, q_descale=qd, k_descale=kd,
                                v_descale=vd)
     assert torch.equal(out, want)
+
+
+@needs_gpu
+def test_flash_attn_combine_of_key_splits_is_attention_over_all_keys():
+    """Split-KV by hand: hopattn.attention over three key chunks of unequal length, their outputs
+    and LSEs in FA3's partial layout, combined on the GPU: equal to attention over all keys, and to
+    the same combine on the CPU (numpy)."""
+    dtype, head_dim = gpu_setup(want_backward=False)
+    q, k, v, _ = gpu_qkv(2, 150, 300, 8, 2, head_dim, dtype, seed=9)
+    cuts = [0, 90, 200, 300]
+    outs, lses = [], []
+    for a, b in zip(cuts[:-1], cuts[1:]):
+        o, l = hopattn.attention(q, k[:, a:b], v[:, a:b], return_lse=True)
+        outs.append(o.float())
+        lses.append(l)  # (batch, heads, seqlen_q)
+    out_partial = torch.stack(outs)  # (splits, batch, seqlen, heads, head_dim)
+    lse_partial = torch.stack(lses).transpose(2, 3)  # FA3's: (splits, batch, seqlen, heads), seqlen stride 1
+    want, want_lse = hopattn.attention(q, k, v, return_lse=True)
+    out = torch.full_like(want, float("nan"))
+    got, lse = fai.flash_attn_combine(out_partial, lse_partial, out=out, out_dtype=dtype)
+    assert got is out and out.dtype == dtype and lse.shape == (2, 150, 8) and lse.device == q.device
+    assert rel_l2(out.float(), want.float()) < 1e-2
+    assert (lse.transpose(1, 2) - want_lse).abs().max().item() < 1e-4
+    cpu_out, cpu_lse = merge.combine_partials(out_partial.cpu().numpy(), lse_partial.cpu().numpy())
+    fp32, fp32_lse = fai.flash_attn_combine(out_partial, lse_partial)
+    assert fp32.dtype == torch.float32
+    assert np.abs(fp32.cpu().numpy() - cpu_out).max() < 1e-5
+    assert np.abs(fp32_lse.cpu().numpy() - cpu_lse).max() < 1e-5
