@@ -8,8 +8,8 @@
 #         report, and scripts/gtest_report.py prints the counts, the failures and the slowest suites
 #         (the suite's time is the largest fixed cost of a device session: know where it goes).
 #   py    pytest in .gpu on $LIB (PY_ARGS, default tests/python; PY_T, default 300). PY_SHARDS=N
-#         splits the test files of tests/python over N pytest processes (largest files first, each
-#         to the least loaded shard), each with its own --basetemp.
+#         runs N pytest processes, each on every N-th collected test (HOPATTN_PY_SHARD=i/N, read
+#         by tests/python/conftest.py), each with its own --basetemp.
 #   san   scripts/gpu-sanitize.sh (memcheck, racecheck) on SAN_FILTER (default: backward tests)
 #   ab    bench/ab.py over every .gpu-exp/ab library, libhopattn-base first when present
 #         (AB_POINTS head_dim:seqlen:causal,..., AB_OP default backward, AB_ROUNDS default 3,
@@ -72,17 +72,15 @@ for phase in "$@"; do
          echo "rc=$?")
         tail -2 $O/py.log
       else
-        # Largest files first, each to the shard with the fewest bytes so far (a proxy for time).
-        (cd $p && ls -S tests/python/test_*.py | awk -v n=$n '{ best = 0; for (i = 1; i < n; ++i) if (load[i] < load[best]) best = i;
-             cmd = "wc -c < " $0; cmd | getline sz; close(cmd); load[best] += sz; files[best] = files[best] " " $0 }
-             END { for (i = 0; i < n; ++i) print files[i] }') > /tmp/py-shards
-        i=0
-        while read -r files; do
-          (cd $p && withlib $LIB env HOPATTN_REQUIRE_LIBRARY=1 timeout ${PY_T:-300} python3 -m pytest -q -p no:cacheprovider \
-             --basetemp=/tmp/pyt-$i $files > $O/py-$i.log 2>&1; echo "shard $i rc=$?: $(tail -1 $O/py-$i.log)") &
-          i=$((i + 1))
-        done < /tmp/py-shards
+        # Test by test: shard i keeps every n-th collected test from the i-th (tests/python/conftest.py,
+        # HOPATTN_PY_SHARD), so one slow file's cases spread over all the shards.
+        for i in $(seq 0 $((n - 1))); do
+          (cd $p && withlib $LIB env HOPATTN_REQUIRE_LIBRARY=1 HOPATTN_PY_SHARD=$i/$n timeout ${PY_T:-300} python3 -m pytest -q \
+             --durations=10 -p no:cacheprovider --basetemp=/tmp/pyt-$i ${PY_ARGS:-tests/python} > $O/py-$i.log 2>&1
+           echo "shard $i rc=$?: $(tail -1 $O/py-$i.log)") &
+        done
         wait
+        echo "slowest (all shards):"; cat $O/py-*.log | grep -E '^[0-9.]+s (call|setup|teardown) ' | sort -rn | head -10
       fi ;;
     san)  # scripts/gpu-sanitize.sh on $LIB, under the default forward kernel only
       withlib $LIB env LIBDIR=$(libdir $LIB) SAN_KERNELS=ws timeout ${SAN_T:-180} bash scripts/gpu-sanitize.sh \

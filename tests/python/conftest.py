@@ -45,3 +45,35 @@ def pytest_configure(config):
     if config.getoption("--require-library"):
         os.environ[REQUIRE_ENV] = "1"
 
+
+
+# HOPATTN_PY_SHARD=i/N keeps every N-th collected test starting at the i-th (0 <= i < N), so that N
+# pytest processes (scripts/gpu-phases.sh, PY_SHARDS=N) split the suite between them. Test by test
+# rather than file by file: the parametrised cases of one slow test spread over all the shards.
+SHARD_ENV = "HOPATTN_PY_SHARD"
+
+
+def _shard_from_env():
+    text = os.environ.get(SHARD_ENV, "").strip()
+    if not text:
+        return None
+    index, _, count = text.partition("/")
+    try:
+        index, count = int(index), int(count)
+    except ValueError:
+        index, count = -1, 0
+    if count < 1 or not 0 <= index < count:
+        raise pytest.UsageError(f"{SHARD_ENV} must be i/N with 0 <= i < N, got {text!r}")
+    return index, count
+
+
+def pytest_collection_modifyitems(config, items):
+    shard = _shard_from_env()
+    if shard is None:
+        return
+    index, count = shard
+    keep = [item for n, item in enumerate(items) if n % count == index]
+    dropped = [item for n, item in enumerate(items) if n % count != index]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+    items[:] = keep

@@ -75,3 +75,38 @@ def test_gpu_phases_refuses_a_bad_shard_count(knob, value):
     r = subprocess.run(["bash", str(root / "scripts" / "gpu-phases.sh"), "gt"], cwd=root, env=env,
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and f"{knob} must be a positive integer, got '{value}'" in r.stderr, (r.returncode, r.stderr)
+
+
+def _collect(shard, files):
+    """Node ids pytest collects from tests/python/<files> under HOPATTN_PY_SHARD=shard (conftest.py)."""
+    import os
+    import pathlib
+    import subprocess
+    import sys
+
+    here = pathlib.Path(__file__).resolve().parent
+    env = dict(os.environ, HOPATTN_PY_SHARD=shard)
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider", *files],
+                       cwd=here, env=env, capture_output=True, text=True, timeout=120)
+    ids = [line for line in r.stdout.splitlines() if "::" in line]
+    return r.returncode, ids, r.stdout + r.stderr
+
+
+def test_py_shards_split_the_collected_tests_test_by_test():
+    # gpu-phases.sh PY_SHARDS=N runs N pytest processes with HOPATTN_PY_SHARD=i/N: together they
+    # must run every test once, and one file's cases must spread over the shards.
+    files = ["test_merge.py", "test_gtest_report.py"]
+    rc, whole, log = _collect("", files)
+    assert rc == 0 and len(whole) > 20, log
+    parts = [_collect(f"{i}/3", files) for i in range(3)]
+    assert all(p[0] == 0 for p in parts), [p[2] for p in parts]
+    ids = [p[1] for p in parts]
+    assert sorted(sum(ids, [])) == sorted(whole)
+    assert max(map(len, ids)) - min(map(len, ids)) <= 1
+    assert all(any("test_merge.py::" in i for i in part) for part in ids)
+
+
+@pytest.mark.parametrize("value", ["3/3", "-1/2", "1", "a/b", "0/0"])
+def test_py_shard_refuses_a_bad_value_by_name(value):
+    rc, _, log = _collect(value, ["test_merge.py"])
+    assert rc != 0 and "HOPATTN_PY_SHARD must be i/N with 0 <= i < N" in log, log
