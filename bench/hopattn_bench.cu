@@ -5,8 +5,9 @@
 //                      | [--paper-grid]
 // TFLOP/s: 4*b*h*sq*sk*d (halved when causal); with a window, 4*d per (query, key) pair a row sees.
 // --fp8 times, per shape, the FP8 attention kernel alone (e4m3 inputs and V^T already in place),
-// forward_fp8 (plus its V re-layout), attention_fp8 from 16-bit inputs (plus rotate-and-quantise),
-// and the 16-bit forward, all with the same input rotation.
+// forward_fp8 (plus its V re-layout), forward_fp8 with the 16-bit v (the 16-bit P V kernel alone: V
+// read in place), attention_fp8 from 16-bit inputs (plus rotate-and-quantise), and the 16-bit
+// forward, all with the same input rotation.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -44,7 +45,7 @@ double counted_flops(const Shape& s) {
 }
 
 // What one timed call runs (see the usage note).
-enum class Mode { kForward, kFp8Kernel, kForwardFp8, kAttentionFp8 };
+enum class Mode { kForward, kFp8Kernel, kForwardFp8, kForwardFp8Pv16, kAttentionFp8 };
 
 struct Timing {
   double median_ms = 0, tflops = 0;
@@ -82,7 +83,7 @@ Timing time_forward(const Shape& s, int iters, Mode mode = Mode::kForward) {
   // FP8: per set, attention_fp8's workspace (its e4m3 q/k, V^T and descales, filled once by a
   // warm-up call) doubles as the inputs of forward_fp8 and of the kernel alone.
   std::vector<Fp8AttentionArgs> fp8_args(sets);
-  std::vector<Fp8ForwardArgs> fp8_fwd(sets);
+  std::vector<Fp8ForwardArgs> fp8_fwd(sets), fp8_pv16(sets);
   std::vector<Fp8AttnProblem> fp8_prob(sets);
   std::vector<std::unique_ptr<tools::DeviceBuffer>> fp8_ws;
   const int64_t nq_blocks = (s.seqlen_q + 127) / 128, nk_blocks = (s.seqlen_k + 127) / 128;
@@ -126,6 +127,12 @@ Timing time_forward(const Shape& s, int iters, Mode mode = Mode::kForward) {
         return t;
       }
       fp8_prob[i].vt = ws + vt;
+      // forward_fp8 with the set's 16-bit v (out's dtype): the 16-bit P V kernel on the same e4m3
+      // q and k, V read in place, no v_descale and no workspace.
+      Fp8ForwardArgs& g = fp8_pv16[i];
+      g = f;
+      g.v = args[i].v;
+      g.v_descale = {};
     }
   }
   // forward_fp8 writes its V^T past attention_fp8's part of set 0's buffer.
@@ -140,6 +147,7 @@ Timing time_forward(const Shape& s, int iters, Mode mode = Mode::kForward) {
         char* w = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(spare) + 255) / 256 * 256);
         return need <= vt_bytes ? forward_fp8(fp8_fwd[i], w, need) : Result{Status::kUnsupported, "spare too small"};
       }
+      case Mode::kForwardFp8Pv16: return forward_fp8(fp8_pv16[i], nullptr, 0);
       case Mode::kFp8Kernel: {
         const cudaError_t e = find_fp8_kernel(fp8_prob[i].base.dtype, int(s.hdim))->launch(fp8_prob[i], nullptr);
         return e == cudaSuccess ? Result{} : Result{Status::kCudaError, cudaGetErrorString(e)};
@@ -244,17 +252,19 @@ int main(int argc, char** argv) {
       return;
     }
     const Timing k = time_forward(shape, iters, Mode::kFp8Kernel), f = time_forward(shape, iters, Mode::kForwardFp8),
+                 p = time_forward(shape, iters, Mode::kForwardFp8Pv16),
                  a = time_forward(shape, iters, Mode::kAttentionFp8), b = time_forward(shape, iters, Mode::kForward);
-    if (!k.ok || !f.ok || !a.ok || !b.ok) {
-      std::printf("d=%lld causal=%d s=%lld ERROR: %s%s%s%s\n", (long long)shape.hdim, shape.causal,
-                  (long long)shape.seqlen_q, k.error.c_str(), f.error.c_str(), a.error.c_str(), b.error.c_str());
+    if (!k.ok || !f.ok || !p.ok || !a.ok || !b.ok) {
+      std::printf("d=%lld causal=%d s=%lld ERROR: %s%s%s%s%s\n", (long long)shape.hdim, shape.causal,
+                  (long long)shape.seqlen_q, k.error.c_str(), f.error.c_str(), p.error.c_str(), a.error.c_str(),
+                  b.error.c_str());
       return;
     }
     std::printf("fp8 d=%-3lld causal=%d b=%-3lld s=%-6lld h=%-3lld hkv=%-3lld  kernel %7.1f  forward_fp8 %7.1f  "
-                "attention_fp8 %7.1f  bf16 %7.1f TFLOP/s  (kernel %.3f ms, quantise+relayout %.3f ms)\n",
+                "16-bit PV %7.1f  attention_fp8 %7.1f  bf16 %7.1f TFLOP/s  (kernel %.3f ms, quantise+relayout %.3f ms)\n",
                 (long long)shape.hdim, shape.causal, (long long)shape.batch, (long long)shape.seqlen_q,
-                (long long)shape.heads, (long long)shape.heads_kv, k.tflops, f.tflops, a.tflops, b.tflops, k.median_ms,
-                a.median_ms - k.median_ms);
+                (long long)shape.heads, (long long)shape.heads_kv, k.tflops, f.tflops, p.tflops, a.tflops, b.tflops,
+                k.median_ms, a.median_ms - k.median_ms);
   };
   if (!paper_grid) {
     run(s);
