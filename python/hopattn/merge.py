@@ -15,9 +15,9 @@ in float32 on torch tensors or numpy arrays.
 
 from __future__ import annotations
 
-import sys
-
 import numpy as np
+
+from .ops import _torch_module_of
 
 
 def merge_partials(outs, lses):
@@ -64,8 +64,7 @@ class _CombineBackend:
     taken from the tensor, never imported here) or on numpy arrays."""
 
     def __init__(self, like):
-        torch = sys.modules.get("torch")
-        self.torch = torch if torch is not None and isinstance(like, torch.Tensor) else None
+        self.torch = _torch_module_of(like)
         self.xp = self.torch if self.torch is not None else np
 
     def is_array(self, x):
