@@ -7,7 +7,8 @@ namespace hopattn::heuristics {
 
 FwdTuning& fwd_tuning() {
   static FwdTuning t{env_override("HOPATTN_WS_SNAKE"), env_override("HOPATTN_WS_FOLD"),
-                     env_override("HOPATTN_WS_VARLEN_BALANCE"), env_override("HOPATTN_FP8_KEY_TILE")};
+                     env_override("HOPATTN_WS_VARLEN_BALANCE"), env_override("HOPATTN_FP8_KEY_TILE"),
+                     env_override("HOPATTN_D128_KEY_TILE")};
   return t;
 }
 
@@ -61,6 +62,15 @@ int fp8_key_tile(int64_t head_dim, int64_t seqlen_k, bool varlen) {
 // Up to 1k keys, N = 128 pads nothing at the grid's powers of two and leaves shared memory for the
 // separate O buffer (+18% at 512); up to 4k, N = 160 keeps the separate O buffer (+4% at 2k);
 // beyond, N = 176 amortises each softmax over the most keys (+1.5% at 16k).
-int d128_noncausal_key_tile(int64_t seqlen_k) { return seqlen_k <= 1024 ? 128 : seqlen_k <= 4096 ? 160 : 0; }
+// HOPATTN_D128_KEY_TILE=128/160/176 forces one (other values are ignored).
+int d128_noncausal_key_tile(int64_t seqlen_k) {
+  switch (fwd_tuning().d128_key_tile) {
+    case 128: return 128;
+    case 160: return 160;
+    case 176: return 0;
+    default: break;
+  }
+  return seqlen_k <= 1024 ? 128 : seqlen_k <= 4096 ? 160 : 0;
+}
 
 }  // namespace hopattn::heuristics

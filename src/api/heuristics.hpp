@@ -15,6 +15,7 @@ struct FwdTuning {
   int fold = -1;                  // HOPATTN_WS_FOLD=0/1
   int varlen_balance = -1;        // HOPATTN_WS_VARLEN_BALANCE=0/1
   int fp8_key_tile = -1;          // HOPATTN_FP8_KEY_TILE=128/224
+  int d128_key_tile = -1;         // HOPATTN_D128_KEY_TILE=128/160/176
 };
 FwdTuning& fwd_tuning();
 

@@ -25,6 +25,21 @@ TEST(Heuristics, D128KeyTileIsAnInstantiatedOne) {
   for (int64_t sk = 1; sk < 20000; sk += 97) EXPECT_LE(rank(d128_noncausal_key_tile(sk)), rank(d128_noncausal_key_tile(sk + 97)));
 }
 
+TEST(Heuristics, D128KeyTileOverrideWins) {
+  FwdTuning& t = fwd_tuning();
+  const FwdTuning saved = t;
+  t.d128_key_tile = 176;
+  EXPECT_EQ(d128_noncausal_key_tile(512), 0);
+  t.d128_key_tile = 160;
+  EXPECT_EQ(d128_noncausal_key_tile(1 << 20), 160);
+  t.d128_key_tile = 128;
+  EXPECT_EQ(d128_noncausal_key_tile(8192), 128);
+  t.d128_key_tile = 100;  // not a tile: ignored
+  EXPECT_EQ(d128_noncausal_key_tile(8192), 0);
+  EXPECT_EQ(d128_noncausal_key_tile(2048), 160);
+  t = saved;
+}
+
 TEST(Heuristics, SnakeOverrideWins) {
   FwdTuning& t = fwd_tuning();
   const FwdTuning saved = t;
