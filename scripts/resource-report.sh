@@ -35,9 +35,12 @@ for line in open("/tmp/hopattn-res.txt"):
     m = re.search(r"REG:(\d+) STACK:(\d+)", line)
     if m and fn:
         res[fn] = m.groups()
-def key_loop_spills(lines):
-    """LDL/STL in the innermost loop that issues GMMAs (the key-block loop): the smallest span from a
-    backward branch's target to the branch that holds an HGMMA/QGMMA; -1 when there is none."""
+def key_loop_counts(lines):
+    """(instructions, LDL/STL, R2UR, BSSY) in the innermost loop that issues GMMAs (the key-block
+    loop): the smallest span from a backward branch's target to the branch that holds an
+    HGMMA/QGMMA; None when there is none. R2UR and BSSY show a loop that ptxas took off the uniform
+    datapath or treats as divergent (a threadIdx-based warp test in the tile loop did both:
+    perf-notes, "O staged in V's buffer"), which costs instructions without any spill."""
     at = {}
     for i, l in enumerate(lines):
         m = re.match(r"\s*/\*([0-9a-f]{4,})\*/", l)
@@ -52,19 +55,21 @@ def key_loop_spills(lines):
         if any("GMMA" in x for x in lines[t:i]) and (best is None or i - t < best[1] - best[0]):
             best = (t, i)
     if best is None:
-        return -1
-    return sum(1 for x in lines[best[0]:best[1]] if re.search(r"\b(LDL|STL)\b", x))
+        return None
+    span = [x for x in lines[best[0]:best[1] + 1] if re.match(r"\s*/\*[0-9a-f]{4,}\*/", x)]
+    count = lambda pattern: sum(1 for x in span if re.search(pattern, x))
+    return len(span), count(r"\b(LDL|STL)\b"), count(r"\bR2UR\b"), count(r"\bBSSY\b")
 
 rows, name, after, body = {}, None, False, []
 def close():
     if name is not None:
-        rows[name][3] = key_loop_spills(body)
+        rows[name][3] = key_loop_counts(body)
 for line in open("/tmp/hopattn-sass.txt"):
     m = re.search(r"Function : (\S+)", line)
     if m:
         close()
         name, after, body = m.group(1), False, []
-        rows[name] = [0, 0, 0, -1]
+        rows[name] = [0, 0, 0, None]
         continue
     if name is None:
         continue
@@ -93,8 +98,9 @@ def short(n):
         return f"mma {'bf16' if d == '0' else 'fp16'} d{h} {'causal' if c == '1' else 'full'}"
     return n[:50]
 print(f"{'kernel':<40} {'regs':>5} {'stack':>6} {'HGMMA':>6} {'LDL/STL consumer':>17} {'LDL/STL producer':>17} "
-      f"{'in key loop':>12}")
+      f"{'in key loop':>12} {'loop instr':>10} {'R2UR':>5} {'BSSY':>5}")
 for n, (hg, cons, prod, loop) in sorted(rows.items(), key=lambda kv: short(kv[0])):
     reg, stack = res.get(n, ("?", "?"))
-    print(f"{short(n):<40} {reg:>5} {stack:>6} {hg:>6} {cons:>17} {prod:>17} {loop if loop >= 0 else '-':>12}")
+    size, spills, r2ur, bssy = loop if loop else ("-",) * 4
+    print(f"{short(n):<40} {reg:>5} {stack:>6} {hg:>6} {cons:>17} {prod:>17} {spills:>12} {size:>10} {r2ur:>5} {bssy:>5}")
 PY
