@@ -88,10 +88,12 @@ def short(n):
         return (f"ws {'bf16' if d == '0' else 'fp16'} d{h} {'causal' if c == '1' else 'full'} flags={f}"
                 + (f" N={bn}" if bn != "0" else "") + (" varlen" if varlen == "1" else "")
                 + (" local" if local == "1" else "") + (" softcap" if softcap == "1" else ""))
-    m = re.search(r"Fp8FwdConfigILNS_5DTypeE(\d)ELi(\d+)ELb(\d)ELj(\d+)ELi(\d+)", n)
+    m = re.search(r"Fp8FwdConfigILNS_5DTypeE(\d)ELi(\d+)ELb(\d)ELj(\d+)ELi(\d+)E(?:Li(\d+)E)?(?:Lb(\d)E)?(?:Lb(\d)E)?", n)
     if m:
-        d, h, c, f, bn = m.groups()
-        return f"ws fp8->{'bf16' if d == '0' else 'fp16'} d{h} {'causal' if c == '1' else 'full'} flags={f}" + (f" N={bn}" if bn != "0" else "")
+        d, h, c, f, bn, bm, varlen, pv16 = m.groups()
+        return (f"ws fp8->{'bf16' if d == '0' else 'fp16'} d{h} {'causal' if c == '1' else 'full'} flags={f}"
+                + (f" N={bn}" if bn != "0" else "") + (f" M={bm}" if bm not in (None, "0") else "")
+                + (" varlen" if varlen == "1" else "") + (" pv16" if pv16 == "1" else ""))
     m = re.search(r"fwd_mma_kernelILNS_5DTypeE(\d)ELi(\d+)ELb(\d)", n)
     if m:
         d, h, c = m.groups()
