@@ -546,7 +546,10 @@ struct FwdMainloop {
       if constexpr (kV8) return make_fp8_p_fragment<kBlockN>();
       else return cute::make_tensor<ElementV>(acc_to_a_operand_layout(tSrS.layout()));
     }();
-    const GemmTurn turn{thread_idx / 128};
+    // The warpgroup through a shuffle (canonical_warp_group_idx), which ptxas keeps in a uniform
+    // register: from thread_idx / 128 the next turn's barrier id was a vector value that the
+    // 240-register FP8 d256 kernel spilled and reloaded before every hand-off.
+    const GemmTurn turn{cutlass::canonical_warp_group_idx() - 1};
 
     auto to_p = [&]() {  // P = 16-bit or e4m3 (S) as the A operand
       if constexpr (kV8) convert_p_fp8(tSrS, tOrP);
