@@ -93,8 +93,11 @@ struct FwdEpilogue {
       cutlass::arch::NamedBarrier::sync(128, barrier_id(FwdBarrier::kEpilogueWG0, wg));
     }
     // Registers -> smem with stmatrix (8x8 16-bit tiles, matching the accumulator ownership).
+    // With O in V's buffer the slice is free: the producer loaded no V since the previous store,
+    // which this warpgroup's first warp waited for (kernel.cuh), and kValueEmpty ended the P Vs.
     Element* o_buffer = [&] {
       if constexpr (Cfg::kSeparateO) return ss.o.data();
+      else if constexpr (Cfg::kOInV) return reinterpret_cast<Element*>(ss.v.data());
       else return ss.q.data();
     }();
     Tensor sO = make_tensor(make_smem_ptr(o_buffer + wg * cosize_v<SmemLayoutO>), SmemLayoutO{});
@@ -118,7 +121,8 @@ struct FwdEpilogue {
 
     store_lse(p, thread_idx, m_block, head, si, lse);
     // O in the Q buffer: the next tile's Q may be loaded only after the store has read the slice.
-    if constexpr (!Cfg::kSeparateO) {
+    // (O in V's buffer: the caller waits, then tells the producer.)
+    if constexpr (!Cfg::kOOutsideQ) {
       if (wg_thread == 0) tma_store_wait<0>();
     }
   }

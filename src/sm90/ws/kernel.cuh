@@ -105,6 +105,9 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
     // with no visible key touch neither Q nor shared memory (their zeros go straight to global
     // memory), so no warpgroup can run ahead through them and arrive twice on one barrier phase.
     bool pending = false;
+    // O in V's buffer (Cfg::kOInV): the previous tile's O store must have read V's buffer before
+    // this tile's first V load overwrites it. Counted like `pending`, over tiles with keys.
+    bool pending_o = false;
     int k = 0;
     for (int idx = sched.first(); sched.valid(idx); idx = sched.template next<true>(k, &ss.tile_slot), ++k) {
       // Varlen: the tile and its key-block range are warp-uniform but computed from per-lane
@@ -137,8 +140,16 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
         }
         if (pending) cutlass::arch::NamedBarrier::sync(Cfg::kNumMmaThreads + 32, barrier_id(FwdBarrier::kQueryEmpty));
         pending = true;
+        if constexpr (Cfg::kOInV) {
+          // Q and the first K go out under the previous tile's epilogue (FlashAttention-3's order);
+          // the V loads wait for its O to leave V's buffer.
+          if (cute::elect_one_sync()) loader.load_q(t.m_block);
+          __syncwarp();
+          if (pending_o) cutlass::arch::NamedBarrier::sync(64 + 32, barrier_id(FwdBarrier::kOutputStored));
+          pending_o = true;
+        }
         if (cute::elect_one_sync()) {
-          loader.load_q(t.m_block);
+          if constexpr (!Cfg::kOInV) loader.load_q(t.m_block);
           if constexpr (Cfg::kKLead) {
             for (int n = n_end - 2; n >= n_begin; --n) {
               loader.load_k(pipe_k, st_k, n);
@@ -164,6 +175,9 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
     }
     // Take the consumers' release of the last Q, so no arrival is left pending at exit.
     if (pending) cutlass::arch::NamedBarrier::sync(Cfg::kNumMmaThreads + 32, barrier_id(FwdBarrier::kQueryEmpty));
+    if constexpr (Cfg::kOInV) {
+      if (pending_o) cutlass::arch::NamedBarrier::sync(64 + 32, barrier_id(FwdBarrier::kOutputStored));
+    }
     if constexpr (K::kDynamicOrder) sched.drain(k, &ss.tile_slot);
     // Keep the producer alive until the consumers have released every stage it filled.
     if (cute::elect_one_sync()) pipe_k.producer_tail(st_k);
@@ -209,12 +223,18 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
       q_phase ^= 1u;
       // Q is released once per tile with keys. With a separate O buffer as soon as no GEMM reads Q
       // any more: after the last S GEMM inside mma_tile (kEarlyQ), else here, before the epilogue.
-      if constexpr (Cfg::kSeparateO && !Cfg::kEarlyQ)
+      if constexpr (Cfg::kOOutsideQ && !Cfg::kEarlyQ)
         cutlass::arch::NamedBarrier::arrive(Cfg::kNumMmaThreads + 32, barrier_id(FwdBarrier::kQueryEmpty));
       float lse[Mainloop::kRowsPerThread];
       auto o_rc = acc_rowcol(tOrO);
       softmax.finalize(o_rc, mp.scale, lse);
       Mainloop::finish_o(mp, ss, o_rc, thread_idx);
+      if constexpr (Cfg::kOInV) {
+        // Both warpgroups read every V stage: O may overwrite V only once both last P Vs are done.
+        // Unconditional, since a split tile's pieces may store from one warpgroup or none.
+        static_assert(Cfg::kNumConsumerWG == 2, "kValueEmpty is the third warpgroup's epilogue id");
+        cutlass::arch::NamedBarrier::sync(Cfg::kNumMmaThreads, barrier_id(FwdBarrier::kValueEmpty));
+      }
       // A piece of a split tile: only the warpgroup that merges the pieces stores (tail_split.cuh).
       bool store_o = true;
       if constexpr (Cfg::kTailSplit) {
@@ -223,7 +243,20 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
                                                            barrier_id(FwdBarrier::kEpilogueWG0, wg), o_rc, lse);
       }
       if (store_o) K::Epilogue::store(params.epilogue, ss, thread_idx, t.m_block, t.head, si, tOrO, lse);
-      if constexpr (!Cfg::kSeparateO) {
+      if constexpr (Cfg::kOInV) {
+        // Every tile with keys arrives once, stored or not, as the producer counts. Only the
+        // issuing thread (thread 0 of the warpgroup) can wait for its store's reads; its warp
+        // arrives, and the other three warps go on to the next tile. The warp test goes through
+        // canonical_warp_idx_sync (a shuffle), which ptxas knows is warp-uniform: with
+        // `thread_idx % 128 < 32` it treated the tile loop as divergent and moved the key loop's
+        // descriptor arithmetic out of uniform registers (60 more R2UR, BSSY/WARPSYNC in the loop).
+        if (cutlass::canonical_warp_idx_sync() % 4 == 0) {
+          if (thread_idx % 128 == 0) cute::tma_store_wait<0>();
+          __syncwarp();
+          cutlass::arch::NamedBarrier::arrive(64 + 32, barrier_id(FwdBarrier::kOutputStored));
+        }
+      }
+      if constexpr (!Cfg::kOOutsideQ) {
         // The Q/O buffer is free (the O store has read it): the producer may load the next Q.
         cutlass::arch::NamedBarrier::arrive(Cfg::kNumMmaThreads + 32, barrier_id(FwdBarrier::kQueryEmpty));
       }

@@ -152,6 +152,8 @@ struct FwdMainloop {
                 "S GEMM must be one WGMMA wide: include sm90/ws headers before any CuTe header, or "
                 "compile with -DCUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED");
   static_assert(cute::size<1>(typename TiledMmaPV::AtomShape_MNK{}) == kHeadDim, "O GEMM must be one WGMMA wide");
+  static_assert(!Cfg::kOInV || cute::cosize_v<SmemLayoutVt> * sizeof(ElementV) >= kBlockM * kHeadDim * sizeof(OutElement),
+                "O staged in V's buffer must fit in its stages");
 
   // Global views: Q/K as (seq, head_dim, head, batch), V as (head_dim, seq, head, batch), from the
   // caller's strides, so any strided view TMA can address works (strides are 16-byte multiples).
@@ -177,11 +179,11 @@ struct FwdMainloop {
   using PipelineState = typename Pipeline::PipelineState;
 
   struct SharedStorage {
-    // Q, and (unless Cfg::kSeparateO) after the last S GEMM of a tile, that tile's O.
+    // Q, and (unless Cfg::kOOutsideQ) after the last S GEMM of a tile, that tile's O.
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> k;
     cute::array_aligned<ElementV, cute::cosize_v<SmemLayoutVt>, 1024> v;
-    // O on its way to gmem when Cfg::kSeparateO (else O reuses q after the tile's last S GEMM).
+    // O on its way to gmem when Cfg::kSeparateO (else O reuses v, Cfg::kOInV, or q).
     cute::array_aligned<OutElement, Cfg::kSeparateO ? cute::cosize_v<SmemLayoutQ> : 0, 1024> o;
     typename Pipeline::SharedStorage pipe_k;
     typename Pipeline::SharedStorage pipe_v;

@@ -17,9 +17,15 @@ enum class FwdBarrier : unsigned {
   // Ping-pong turn tokens, one per consumer warpgroup: a warpgroup may issue its GEMMs only
   // after syncing on its own id, then arrives on the next warpgroup's id.
   kGemmTurnWG0 = 4,  // .. kGemmTurnWG0 + 2
+  // O in V's buffer (Cfg::kOInV, two consumer warpgroups, so the third epilogue id is free): both
+  // warpgroups sync before either writes O, since both read every V stage in their P V.
+  kValueEmpty = 3,
+  // O in V's buffer: each warpgroup's first warp arrives once its TMA store has read O out of V's
+  // buffer; the producer warp syncs before loading the next tile's V over it (64 + 32 threads).
+  kOutputStored = 7,
 };
 
-inline constexpr unsigned kFwdBarrierCount = 7;
+inline constexpr unsigned kFwdBarrierCount = 8;
 static_assert(kFwdBarrierCount <= 16 - cutlass::arch::NamedBarrier::ReservedNamedBarrierCount);
 
 __device__ __forceinline__ unsigned barrier_id(FwdBarrier b, int offset = 0) {

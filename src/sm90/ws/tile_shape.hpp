@@ -42,12 +42,14 @@ enum StageBits : unsigned {
                             // K_{j+1} (for S) before V_j (for P V)
   kBitSnake = 64u,          // persistent round-robin reverses direction every round, so the CTA
                             // that drew the longest causal tile draws the shortest next
+  kBitOInV = 128u,          // where no separate O fits: O staged in V's buffer (drained at the tile's
+                            // end) instead of Q's, so the next Q and first K load under the epilogue
 };
 inline constexpr unsigned kStageA = 0u;
 inline constexpr unsigned kStageB = kBitPersistent;
 inline constexpr unsigned kStageC = kBitPersistent | kBitIntraWGOverlap | kBitPingPong;
 inline constexpr unsigned kStageD = kStageC | kBitSeparateO;
-inline constexpr unsigned kStageE = kStageD | kBitEarlyQ | kBitKLead | kBitSnake;
+inline constexpr unsigned kStageE = kStageD | kBitEarlyQ | kBitKLead | kBitSnake | kBitOInV;
 
 // The schedule switches every configuration derives from its kFlags the same way.
 template <unsigned kFlags>
@@ -115,7 +117,17 @@ struct FwdWsConfig : WsSchedule<kFlags> {
   static constexpr int kSmemWithSeparateO =
       (2 * kBlockM * kHeadDim + 2 * kStages * kBlockN * kHeadDim) * kElementBytes + 1024;
   static constexpr bool kSeparateO = (kFlags & kBitSeparateO) != 0 && kPersistent && kSmemWithSeparateO <= 227 * 1024;
-  static constexpr bool kEarlyQ = (kFlags & kBitEarlyQ) != 0 && kSeparateO;
+  // Where no separate O fits, O goes through V's buffer (as FlashAttention-3's does) rather than
+  // Q's: V is dead once both warpgroups' last P V has completed, so the producer can load the next
+  // tile's Q and first K while O drains, and the next tile's first S GEMM runs under this epilogue
+  // (Q's buffer made every tile wait for the last warpgroup's store and then a whole Q load).
+  // Fixed-length, unmasked, unwindowed, two warpgroups: the configurations measured. Not d256
+  // causal: the extra handshake put 3 LDL/STL into its key loop (ptxas 13.0).
+  static constexpr bool kOInV = (kFlags & kBitOInV) != 0 && kPersistent && !kSeparateO && !kCausal && !kVarlen_ &&
+                                !kLocal_ && kBlockM == 128 && kBlockM * kHeadDim <= kStages * kBlockN * kHeadDim;
+  // Q's buffer holds only Q: it can be released before the epilogue.
+  static constexpr bool kOOutsideQ = kSeparateO || kOInV;
+  static constexpr bool kEarlyQ = (kFlags & kBitEarlyQ) != 0 && kOOutsideQ;
   // Hold P's registers until the P V wait (mainloop.cuh, hold_p_registers), so that the softmax
   // overlaps the warpgroup's own P V. Measured (perf-notes, "P's registers held until the wait"):
   // +1-3% at d256 from 4k keys; level or up to 2% slower at d64 and d128. Only the fixed-length
@@ -178,6 +190,8 @@ struct Fp8FwdConfig : WsSchedule<kFlags> {
   static constexpr int kElementBytes = 1;
   // O is 16-bit and Q 8-bit: O never fits Q's buffer, so it always has its own.
   static constexpr bool kSeparateO = true;
+  static constexpr bool kOInV = false;
+  static constexpr bool kOOutsideQ = true;
   static constexpr bool kEarlyQ = (kFlags & kBitEarlyQ) != 0;
   // FwdWsConfig::kHoldP's overlap measured 3-18% slower here (d64 the most): off.
   static constexpr bool kHoldP = false;
