@@ -214,11 +214,27 @@ struct VarlenTileScheduler {
       // producer's next write (compute-sanitizer's racecheck reported exactly that when every lane
       // read it). redux.sync hands the value to the other lanes, in a uniform register.
       cutlass::arch::ClusterBarrier::wait(&slot->full, parity);
-      const bool leader = threadIdx.x % 32 == 0;
-      const int idx = warp_sum(leader ? *static_cast<volatile int*>(&slot->idx) : 0);
-      if (leader) cutlass::arch::ClusterBarrier::arrive(&slot->empty);
-      return idx;
+      return warp_sum(read_slot_by_lane0(slot));
     }
+  }
+  // Lane 0 reads the slot's index and then arrives on `empty`; the other lanes get 0. Predicated
+  // instructions, not a branch: a lane-divergent branch in the tile loop made ptxas treat the
+  // consumer's key loop as divergent (BSSY around its barrier waits, descriptor arithmetic off the
+  // uniform datapath: 48 R2UR in the d64 causal varlen loop against the fixed-length kernel's 8).
+  __device__ static int read_slot_by_lane0(TileSlot* slot) {
+    int v;
+    asm volatile(
+        "{\n\t.reg .pred p;\n\t.reg .u32 lane;\n\t"
+        "mov.u32 lane, %%laneid;\n\t"
+        "setp.eq.u32 p, lane, 0;\n\t"
+        "mov.b32 %0, 0;\n\t"
+        "@p ld.volatile.shared.b32 %0, [%1];\n\t"
+        "@p mbarrier.arrive.shared::cta.b64 _, [%2];\n\t"
+        "}"
+        : "=r"(v)
+        : "r"(cute::cast_smem_ptr_to_uint(&slot->idx)), "r"(cute::cast_smem_ptr_to_uint(&slot->empty))
+        : "memory");
+    return v;
   }
   // Producer, after its loop of k tiles: take the consumers' read of the last index (the one past
   // the end, handoff k - 1), so that no arrival is pending when the CTA exits.
