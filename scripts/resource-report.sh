@@ -38,7 +38,7 @@ for line in open("/tmp/hopattn-res.txt"):
 def key_loop_counts(lines):
     """(instructions, LDL/STL, R2UR, BSSY) in the innermost loop that issues GMMAs (the key-block
     loop): the smallest span from a backward branch's target to the branch that holds an
-    HGMMA/QGMMA; None when there is none. R2UR and BSSY show a loop that ptxas took off the uniform
+    HGMMA/QGMMA and an EX2; None when there is none. R2UR and BSSY show a loop that ptxas took off the uniform
     datapath or treats as divergent (a threadIdx-based warp test in the tile loop did both:
     perf-notes, "O staged in V's buffer"), which costs instructions without any spill."""
     at = {}
@@ -52,7 +52,12 @@ def key_loop_counts(lines):
         if not m or int(m.group(2), 16) >= int(m.group(1), 16) or int(m.group(2), 16) not in at:
             continue
         t = at[int(m.group(2), 16)]
-        if any("GMMA" in x for x in lines[t:i]) and (best is None or i - t < best[1] - best[0]):
+        # The key loop holds the softmax too: a span with GMMAs but no MUFU.EX2 is some other loop
+        # (in the d64 causal local softcap kernel, one through the epilogue and the next tile's
+        # first S GEMM, which the key loop's own back edge does not enclose).
+        body = lines[t:i]
+        if (any("GMMA" in x for x in body) and any("MUFU.EX2" in x for x in body)
+                and (best is None or i - t < best[1] - best[0])):
             best = (t, i)
     if best is None:
         return None
