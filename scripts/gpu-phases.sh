@@ -17,6 +17,9 @@
 #         AB_TAG a suffix for the log, ab-TAG.log, when one call runs two A/Bs)
 #   grid  bench/compare.py $GRID_ARGS
 #   acc   bench/fp8_accuracy.py --gpu $ACC_ARGS (the FP8 accuracy protocol; ACC_T, default 300)
+#   bundle  every file under $OUT into one $OUT/logs.tgz (the originals removed): the device tool
+#         returns only a few files per call, and session 45 lost its varlen and shard logs to that
+#         limit. Last phase of a call; unpack here with `tar xzf <files_at>/logs.tgz -C <folder>`.
 # $LIB defaults to the pack's library; PACK (default .gpu) names another pack folder (a second
 # branch's tests and library, e.g. .gpu-b), whose logs then carry its name. Logs go to $OUT (the
 # device tool's output folder); a summary of each phase is printed. Example:
@@ -102,6 +105,10 @@ for phase in "$@"; do
       withlib $LIB timeout ${ACC_T:-300} python3 $p/bench/fp8_accuracy.py --gpu ${ACC_ARGS:-} --json $O/acc.json > $O/acc.log 2>&1
       echo "rc=$?"
       tail -25 $O/acc.log ;;
+    bundle)
+      (cd $O && find . -type f ! -name logs.tgz -print0 | tar czf logs.tgz --null -T - \
+        && find . -type f ! -name logs.tgz -delete)
+      echo "rc=$? $(tar tzf $O/logs.tgz | wc -l) files in logs.tgz" ;;
     *) echo "unknown phase $phase" >&2 ;;
   esac
 done

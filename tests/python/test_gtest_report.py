@@ -77,6 +77,31 @@ def test_gpu_phases_refuses_a_bad_shard_count(knob, value):
     assert r.returncode == 2 and f"{knob} must be a positive integer, got '{value}'" in r.stderr, (r.returncode, r.stderr)
 
 
+def test_gpu_phases_bundle_puts_every_output_file_in_one_archive(tmp_path):
+    # The device tool returns a few files per call: `bundle` leaves one archive holding them all.
+    import os
+    import pathlib
+    import subprocess
+    import tarfile
+
+    root = pathlib.Path(__file__).resolve().parents[2]
+    out = tmp_path / "out"
+    (out / "sub").mkdir(parents=True)
+    names = {f"gt-{i}.json": str(i) for i in range(12)}
+    for name, text in names.items():
+        (out / name).write_text(text)
+    (out / "sub" / "grid.md").write_text("grid")
+    env = dict(os.environ, OUT=str(out), PACK=".no-such-pack")
+    r = subprocess.run(["bash", str(root / "scripts" / "gpu-phases.sh"), "bundle"], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "13 files in logs.tgz" in r.stdout, (r.stdout, r.stderr)
+    assert sorted(p.name for p in out.rglob("*") if p.is_file()) == ["logs.tgz"]
+    with tarfile.open(out / "logs.tgz") as t:
+        members = {pathlib.PurePath(m.name).as_posix().lstrip("./"): t.extractfile(m).read().decode()
+                   for m in t.getmembers() if m.isfile()}
+    assert members == {**names, "sub/grid.md": "grid"}
+
+
 def _collect(shard, files):
     """Node ids pytest collects from tests/python/<files> under HOPATTN_PY_SHARD=shard (conftest.py)."""
     import os
