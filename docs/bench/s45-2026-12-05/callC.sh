@@ -11,3 +11,4 @@ else
   PY_SHARDS=4 PY_T=200 bash scripts/gpu-phases.sh py 2>&1 | grep -E "shard|rc=" | head -6
 fi
 echo "=== end"
+bash scripts/gpu-phases.sh bundle 2>&1 | grep rc=
