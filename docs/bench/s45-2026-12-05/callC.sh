@@ -11,4 +11,5 @@ else
   PY_SHARDS=4 PY_T=200 bash scripts/gpu-phases.sh py 2>&1 | grep -E "shard|rc=" | head -6
 fi
 echo "=== end"
+# Added after session 45's run (which lost four shard logs and the pytest logs to the file limit):
 bash scripts/gpu-phases.sh bundle 2>&1 | grep rc=
