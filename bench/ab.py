@@ -16,6 +16,7 @@ paper grid's shapes (16k tokens, hidden 2048; bench/common.probe_inputs). Ops:
   attention_fp8  the one-call FP8 path (pre-passes, then the FP8 kernel)
   forward_fp8    the FP8 kernel on pre-quantised inputs (bench/ncu_shape.py's)
   backward       torch.autograd.grad of hopattn.attention alone (the forward is outside the timing)
+  backward_softcap  the same with softcap=SOFTCAP (the softcap kernels; the FLOPs counted as without)
 Prints one `AB tag op d s c us tflops` line per point and round, then a table: the mean of each
 library's rounds and its ratio to the first library's.
 """
@@ -29,7 +30,8 @@ import sys
 
 import common  # bench/common.py, beside this script
 
-OPS = ("attention", "attention_fp8", "forward_fp8", "backward")
+OPS = ("attention", "attention_fp8", "forward_fp8", "backward", "backward_softcap")
+SOFTCAP = 30.0  # backward_softcap's cap (Gemma 2's attention softcap is 50, its logit softcap 30)
 
 
 def parse_points(text):
@@ -111,10 +113,10 @@ def unpacked(path):
 
 
 def make_call(torch, hopattn, op, d, s, c):
-    direction = "bwd" if op == "backward" else "fwd"
+    direction = "bwd" if op.startswith("backward") else "fwd"
     _, _, flops, q, k, v = common.probe_inputs(torch, direction, d, s, bool(c), seed=0)
-    if op == "backward":
-        out = hopattn.attention(q, k, v, causal=bool(c))
+    if direction == "bwd":
+        out = hopattn.attention(q, k, v, causal=bool(c), softcap=SOFTCAP if op == "backward_softcap" else 0.0)
         dout = torch.randn_like(out)
         return flops, lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
     import ncu_shape  # bench/ncu_shape.py: the forward ops as its probes make them
