@@ -12,9 +12,9 @@
 # Most valuable first.
 nvidia-smi --query-gpu=name --format=csv,noheader
 export PACK=.gpu-s45c
-AB_ONLY='base s45c' AB_OP=backward AB_ROUNDS=5 AB_POINTS=256:4096:0,256:8192:0,256:2048:0,256:4096:1,256:16384:1 AB_TAG=bwd bash scripts/gpu-phases.sh ab 2>&1 | tail -9
+AB_ONLY='base s45c' AB_OP=backward AB_ROUNDS=4 AB_POINTS=256:4096:0,256:8192:0,256:2048:0,256:4096:1,256:16384:1 AB_TAG=bwd bash scripts/gpu-phases.sh ab 2>&1 | tail -9
 AB_ONLY='base s45c' AB_OP=backward_softcap AB_ROUNDS=3 AB_POINTS=64:4096:1,128:4096:1,256:4096:1,128:4096:0 AB_TAG=softcap bash scripts/gpu-phases.sh ab 2>&1 | tail -7
-AB_ONLY='base s45c' AB_OP=attention AB_ROUNDS=5 AB_POINTS=256:512:1,256:1024:1,256:2048:1,256:4096:1,256:16384:1,256:4096:0 AB_TAG=fwd bash scripts/gpu-phases.sh ab 2>&1 | tail -10
+AB_ONLY='base s45c' AB_OP=attention AB_ROUNDS=3 AB_POINTS=256:512:1,256:1024:1,256:2048:1,256:4096:1,256:16384:1,256:4096:0 AB_TAG=fwd bash scripts/gpu-phases.sh ab 2>&1 | tail -10
 GT_SHARDS=4 GT_T=200 bash scripts/gpu-phases.sh gt 2>&1 | grep -E "rc=|gtest:|FAIL" | head -8
 SAN_T=240 SAN_FILTER='Sm90/BackwardVsReference*bf16_d256*_b2_h8x2_q255_k127_det:Sm90/BackwardVsReference*bf16_d256*_b1_h8x2_q255_k127:Sm90/ForwardVsReference.MatchesFp64Reference/bf16_d256_causal_b3_h8x2_q1000_k1000:Sm90/ForwardVsReference.MatchesFp64Reference/bf16_d256_causal_b1_h8x2_q2048_k512:Sm90Softcap/BackwardVsReference*bf16_d*_causal_b1_h8x2_q255_k127_cap30' bash scripts/gpu-phases.sh san 2>&1 | grep -E "SUMMARY|PASSED|rc=" | head -6
 bash scripts/gpu-phases.sh bundle 2>&1 | grep rc=
