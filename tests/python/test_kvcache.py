@@ -619,6 +619,8 @@ def test_gpu_window_against_float64_and_attention_on_gathered_keys(lib, name, pa
 def test_gpu_softcap_against_float64_and_attention_on_gathered_keys(lib, dtype_name, page, sq, causal, window, cap):
     # The sm90 decode kernel's softcap (C ABI 8) against the float64 formula and, per sequence, the
     # dense sm90 forward's softcap on the gathered keys; splits forced and not give the same answer.
+    if ("fwd", dtype_name, 128) not in hopattn.build_info()["kernels"]:  # a restricted build (gpu-pack -D...)
+        pytest.skip(f"fwd:{dtype_name}:128 not in this build: the dense comparison needs it")
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype_name]
     lens, new = [0, 1, 300, 509, 77], 2
     q, k_cache, v_cache, seqlens, page_table, k, v = gpu_problem(lens, sq, 16, 4, 128, 512, page, new, dtype, seed=23)

@@ -245,10 +245,15 @@ __device__ __forceinline__ void scores_to_probs(Frag& s_t, const Coords& coords,
 // P = exp2(c log2(e) t - lse_log2), as t = (log2 P + lse_log2) * t_scale with t_scale = 1 / (c log2(e)),
 // so no fragment of t stays live across the dP GEMM (the registers are full). P = 0 (masked, or
 // underflowed) gives 0: dS = P (dP - D) is 0 there anyway, and log2(0) = -inf would make it NaN.
+// Branch-free: the early return for P = 0 was a branch per score (ptxas does not if-convert the
+// logarithm's denormal fixup behind it), 64 BSSY regions in the d64 step loop. log2 of max(P,
+// FLT_MIN) is one MUFU.LG2 with no fixup; a P below FLT_MIN (only a 16-bit bf16 P can be one) reads
+// as FLT_MIN there, and its dS, a multiple of P itself, stays below 1e-37 either way.
 __device__ __forceinline__ float softcap_grad(float p, float lse_log2, float t_scale) {
-  if (!(p > 0.f)) return 0.f;
-  const float t = (__log2f(p) + lse_log2) * t_scale;
-  return 1.f - t * t;
+  float l;
+  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(l) : "f"(fmaxf(p, 1.17549435e-38f)));
+  const float t = (l + lse_log2) * t_scale;
+  return p > 0.f ? 1.f - t * t : 0.f;
 }
 
 // dK = scale * sum dS^T Q and dV = sum P^T dO of this thread's fragment, to the caller's tensors.
