@@ -110,9 +110,12 @@ struct FwdEpilogue {
     // store once the whole warpgroup has written.
     cutlass::arch::fence_view_async_shared();
     cutlass::arch::NamedBarrier::sync(128, barrier_id(FwdBarrier::kEpilogueWG0, wg));
-    if (wg_thread == 0) {
+    // kRowShift: a warpgroup of padding rows above the sequence (whole warpgroups: the shift is a
+    // multiple of 64) stores nothing; TMA is never given a negative row to store.
+    if (wg_thread == 0 && !Mainloop::above_sequence(si, m_block * kBlockM + wg * 64)) {
       Tensor mO = p.tma_o.get_tma_tensor(make_shape(p.rows, int(kHeadDim), p.heads_q, p.batch_extent));
-      Tensor mOs = Mainloop::Loader::template from_row<0>(mO(_, _, head, si.batch), si.offset_q);
+      Tensor mOs = Mainloop::Loader::template from_row<0, Cfg::kVarlen || Mainloop::kRowShift>(mO(_, _, head, si.batch),
+                                                                                            si.offset_q);
       Tensor gO = local_tile(mOs, Shape<_64, HD>{}, make_coord(m_block * (kBlockM / 64) + wg, _0{}));
       auto cta = p.tma_o.get_slice(_0{});
       copy(p.tma_o, cta.partition_S(sO), cta.partition_D(gO));
@@ -153,7 +156,7 @@ struct FwdEpilogue {
     CUTE_UNROLL
     for (int r = 0; r < size<0>(tOcO); ++r) {
       const int row = m_block * kBlockM + get<0>(tOcO(r, 0));
-      if (row >= si.rows_q) continue;
+      if (row >= si.rows_q || Mainloop::above_sequence(si, row)) continue;
       const bool used = row < si.seqlen_q;
       Element* o_row = o + int64_t(si.offset_q + row) * p.o_stride_row;
       CUTE_UNROLL
@@ -179,7 +182,8 @@ struct FwdEpilogue {
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
       const int row = m_block * kBlockM + get<0>(tOcO(r, 0));
-      if (get<1>(tOcO(r, 0)) == 0 && row < si.rows_q) lse_rows[row] = row < si.seqlen_q ? lse[r] : -INFINITY;
+      if (get<1>(tOcO(r, 0)) == 0 && row < si.rows_q && !Mainloop::above_sequence(si, row))
+        lse_rows[row] = row < si.seqlen_q ? lse[r] : -INFINITY;
     }
   }
 

@@ -229,6 +229,7 @@ struct FwdMainloop {
     const int32_t* page_table;
     int64_t page_table_stride;
     int page_blocks;  // key blocks per page (page_size / kBlockN)
+    int row_shift;    // Cfg::kRowShift: padding rows before the first query row (row_shift below)
   };
 
   // Where one batch entry's rows live in the tensors and how many of them take part.
@@ -257,7 +258,25 @@ struct FwdMainloop {
     }
   }
 
+  // Cfg::kRowShift: the tile grid starts row_shift rows before the sequence, a multiple of 64
+  // (whole warpgroups) below kBlockM, so that the last tile ends at (or within 63 rows past) the
+  // last query row. Causal tiles see keys up to their last row: the padding a seqlen that is no
+  // multiple of kBlockM leaves then costs the first tile (a key block or two) instead of the last
+  // (every key block). d64 causal at 1k: 27 key-block steps a head instead of 32.
+  // The kernel works on virtual rows: SeqInfo's seqlen_q/rows_q count the padding and offset_q is
+  // -row_shift, so the mask (bottom-right aligned: key_limit depends on row - seqlen_q only) and
+  // the tile bounds need no change. Q's TMA zero-fills the negative rows; the epilogue writes
+  // no row below 0 (above_sequence).
+  static constexpr bool kRowShift = Cfg::kRowShift;
+  static int row_shift(int seqlen_q) { return kRowShift ? (kBlockM - seqlen_q % kBlockM) % kBlockM / 64 * 64 : 0; }
+  // A virtual row of the padding above the sequence (never stored). Constant false elsewhere.
+  __device__ static bool above_sequence(const SeqInfo& si, int row) { return kRowShift && row < -si.offset_q; }
+
   __device__ static SeqInfo seq_info(const Params& p, int b) {
+    if constexpr (kRowShift) {
+      const int rows = p.seqlen_q + p.row_shift;
+      return {-p.row_shift, 0, rows, rows, p.seqlen_k, b, 0};
+    }
     if constexpr (!Cfg::kVarlen) return {0, 0, p.seqlen_q, p.seqlen_q, p.seqlen_k, b, 0};
     // Fixed-length batches with per-sequence key counts (the KV-cache call, 16-bit only: cu_q and
     // cu_k null, used_k its key counts): batched views, keys [0, used_k[b]) of capacity seqlen_k.
@@ -332,7 +351,7 @@ struct FwdMainloop {
              make_tma_copy(SM90_TMA_LOAD{}, mVt, take<0, 2>(SmemLayoutVt{}), Shape<HD, BN>{}, _1{}),
              sq, sk, hq, hk, b, int(pr.group()), pr.scale, pr.scale * 1.4426950408889634f, {},
              rows_q, rows_k, bext, rows_v, kv_ext, pr.cu_seqlens_q, pr.cu_seqlens_k, pr.seqused_q, pr.seqused_k,
-             w.left, w.right, Softcap::make(pr.softcap, pr.scale), nullptr, 0, 0};
+             w.left, w.right, Softcap::make(pr.softcap, pr.scale), nullptr, 0, 0, row_shift(sq)};
     if (paged) {
       p.page_table = pr.page_table;
       p.page_table_stride = pr.page_table_stride;
@@ -361,12 +380,12 @@ struct FwdMainloop {
     int head;
     SeqInfo si;
 
-    // A (rows, cols) view starting at the sequence's first row (packed tensors only; kRowMode is
-    // the mode that runs along tokens).
-    template <int kRowMode, class View>
+    // A (rows, cols) view starting at the sequence's first row (packed tensors, and Q/O's views
+    // of kRowShift, whose offset is negative; kRowMode is the mode that runs along tokens).
+    template <int kRowMode, bool kOffset = Cfg::kVarlen, class View>
     __device__ static auto from_row(const View& v, int offset) {
       using namespace cute;
-      if constexpr (!Cfg::kVarlen) return v;
+      if constexpr (!kOffset) return v;
       else if constexpr (kRowMode == 0) return domain_offset(make_coord(offset, _0{}), v);
       else return domain_offset(make_coord(_0{}, offset), v);
     }
@@ -407,7 +426,7 @@ struct FwdMainloop {
     __device__ void load_q(int m_block) const {
       using namespace cute;
       Tensor mQ = p.tma_q.get_tma_tensor(make_shape(p.rows_q, int(kHeadDim), p.heads_q, p.batch_extent));
-      Tensor mQs = from_row<0>(mQ(_, _, head, si.batch), si.offset_q);
+      Tensor mQs = from_row<0, Cfg::kVarlen || kRowShift>(mQ(_, _, head, si.batch), si.offset_q);
       Tensor gQ = local_tile(mQs, Shape<BM, HD>{}, make_coord(m_block, _0{}));
       Tensor sQ = make_tensor(make_smem_ptr(ss.q.data()), SmemLayoutQ{});
       auto cta = p.tma_q.get_slice(_0{});

@@ -142,6 +142,10 @@ struct FwdWsConfig : WsSchedule<kFlags> {
   // to 532 bytes of spills (its 64x256 O is 128 of the 240 registers), and the paper grid's d256
   // calls never split (api/fwd_tail_split.cpp).
   static constexpr bool kTailSplit = !kCausal && !kVarlen_ && WsSchedule<kFlags>::kPersistent && kHeadDim != 256;
+  // Causal 192-row tiles (d64) aligned to the sequence's end (FwdMainloop::row_shift): the
+  // padding rows of a seqlen that is no multiple of 192 go to the first tile, which sees the
+  // fewest keys, instead of the last, which sees them all. Fixed-length batches, no run-time window.
+  static constexpr bool kRowShift = kCausal && !kVarlen_ && !kLocal_ && kBlockM % 128 != 0;
 };
 
 // The FP8 forward: e4m3 Q, K and V^T (sm90/fp8/layout.hpp), fp32 accumulation, kOutDType output.
@@ -198,6 +202,7 @@ struct Fp8FwdConfig : WsSchedule<kFlags> {
   // FwdWsConfig::kHoldP's overlap measured 3-18% slower here (d64 the most): off.
   static constexpr bool kHoldP = false;
   static constexpr bool kTailSplit = false;  // FwdWsConfig's; not built for FP8
+  static constexpr bool kRowShift = false;   // FwdWsConfig's; the q descale blocks would need it too
 };
 
 }  // namespace hopattn::sm90::ws
