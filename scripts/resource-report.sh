@@ -21,13 +21,16 @@ PY
 cuobjdump=$(find_tool cuobjdump || true); nvdisasm=$(find_tool nvdisasm || true)
 [ -n "$cuobjdump" ] && [ -n "$nvdisasm" ] || { echo "cuobjdump/nvdisasm not found" >&2; exit 1; }
 export PATH=$(dirname "$nvdisasm"):$PATH
-"$cuobjdump" -res-usage "$lib" > /tmp/hopattn-res.txt
-"$cuobjdump" -sass "$lib" > /tmp/hopattn-sass.txt
-python3 - <<'PY'
-import re
+# Scratch files of this run only: two reports at once (base and change) must not read each other's.
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+"$cuobjdump" -res-usage "$lib" > "$tmp/res.txt"
+"$cuobjdump" -sass "$lib" > "$tmp/sass.txt"
+REPORT_TMP=$tmp python3 - <<'PY'
+import os, re
 res = {}
 fn = None
-for line in open("/tmp/hopattn-res.txt"):
+for line in open(os.path.join(os.environ["REPORT_TMP"], "res.txt")):
     m = re.search(r"Function ([^\s:]+):", line)
     if m:
         fn = m.group(1)
@@ -69,7 +72,7 @@ rows, name, after, body = {}, None, False, []
 def close():
     if name is not None:
         rows[name][3] = key_loop_counts(body)
-for line in open("/tmp/hopattn-sass.txt"):
+for line in open(os.path.join(os.environ["REPORT_TMP"], "sass.txt")):
     m = re.search(r"Function : (\S+)", line)
     if m:
         close()
