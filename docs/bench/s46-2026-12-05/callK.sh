@@ -1,6 +1,6 @@
 # Session 46's plan for the packed (varlen) d64 causal row shift (varlen-row-shift.patch, branch
-# varlen-row-shift-s46). Here, before the call: git apply the patch (it and fp8-row-shift.patch both
-# edit FwdMainloop's row-shift block: apply one at a time, or merge by hand); bash scripts/gpu-pack.sh
+# varlen-row-shift-s46). Here, before the call: git apply the patch (it and fp8-row-shift.patch apply
+# together on main c7617ea: one full build with both serves this and callJ.sh); bash scripts/gpu-pack.sh
 # -DHOPATTN_DTYPES=bf16 "-DHOPATTN_HEAD_DIMS=64;128" (the KV-cache gtests need d128); xz the library;
 # mv .gpu .gpu-vrs; its library as .gpu-exp/ab/libhopattn-vrs.so.xz, main's full library as
 # libhopattn-base.so.xz. carry [.gpu-vrs, .gpu-exp]. ~4 min on the device.
