@@ -145,7 +145,7 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
           // the V loads wait for its O to leave V's buffer.
           if (cute::elect_one_sync()) loader.load_q(t.m_block);
           __syncwarp();
-          if (pending_o) cutlass::arch::NamedBarrier::sync(64 + 32, barrier_id(FwdBarrier::kOutputStored));
+          if (pending_o) cutlass::arch::NamedBarrier::sync(kOutputStoredThreads, barrier_id(FwdBarrier::kOutputStored));
           pending_o = true;
         }
         if (cute::elect_one_sync()) {
@@ -176,7 +176,7 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
     // Take the consumers' release of the last Q, so no arrival is left pending at exit.
     if (pending) cutlass::arch::NamedBarrier::sync(Cfg::kNumMmaThreads + 32, barrier_id(FwdBarrier::kQueryEmpty));
     if constexpr (Cfg::kOInV) {
-      if (pending_o) cutlass::arch::NamedBarrier::sync(64 + 32, barrier_id(FwdBarrier::kOutputStored));
+      if (pending_o) cutlass::arch::NamedBarrier::sync(kOutputStoredThreads, barrier_id(FwdBarrier::kOutputStored));
     }
     if constexpr (K::kDynamicOrder) sched.drain(k, &ss.tile_slot);
     // Keep the producer alive until the consumers have released every stage it filled.
@@ -253,7 +253,7 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
         if (cutlass::canonical_warp_idx_sync() % 4 == 0) {
           if (thread_idx % 128 == 0) cute::tma_store_wait<0>();
           __syncwarp();
-          cutlass::arch::NamedBarrier::arrive(64 + 32, barrier_id(FwdBarrier::kOutputStored));
+          cutlass::arch::NamedBarrier::arrive(kOutputStoredThreads, barrier_id(FwdBarrier::kOutputStored));
         }
       }
       if constexpr (!Cfg::kOOutsideQ) {

@@ -21,9 +21,13 @@ enum class FwdBarrier : unsigned {
   // warpgroups sync before either writes O, since both read every V stage in their P V.
   kValueEmpty = 3,
   // O in V's buffer: each warpgroup's first warp arrives once its TMA store has read O out of V's
-  // buffer; the producer warp syncs before loading the next tile's V over it (64 + 32 threads).
+  // buffer; the producer warp syncs before loading the next tile's V over it (kOutputStoredThreads).
   kOutputStored = 7,
 };
+
+// kOutputStored's participants: the producer warp and the first warp of each of the two consumer
+// warpgroups (the warp whose thread 0 issued, and waited for, its warpgroup's O store).
+inline constexpr unsigned kOutputStoredThreads = 32 + 2 * 32;
 
 inline constexpr unsigned kFwdBarrierCount = 8;
 static_assert(kFwdBarrierCount <= 16 - cutlass::arch::NamedBarrier::ReservedNamedBarrierCount);
