@@ -509,9 +509,12 @@ struct FwdMainloop {
       static_assert(fp8::kQuantBlock % 64 == 0);
       const Descales& d = p.descale;
       const int kv = head / p.group;
-      // A warpgroup whose rows all lie past seqlen_q (the last tile of 192 rows) stores nothing,
-      // but must still read a descale inside the array: clamp to the last block.
-      const int q_block = min(m_block * kBlockM + wg * 64, p.seqlen_q - 1) / fp8::kQuantBlock;
+      // A warpgroup whose rows all lie past seqlen_q (the last tile of 192 rows) or, with
+      // kRowShift, above the sequence stores nothing, but must still read a descale inside the
+      // array: clamp to the first or last block. The shift is whole warpgroups, so a warpgroup's
+      // 64 rows still lie in one quantisation block.
+      const int row = m_block * kBlockM + wg * 64 - (kRowShift ? p.row_shift : 0);
+      const int q_block = max(min(row, p.seqlen_q - 1), 0) / fp8::kQuantBlock;
       const float qd = d.q == nullptr ? 1.f : __ldg(d.q + batch * d.q_stride[0] + head * d.q_stride[1] + q_block * d.q_stride[2]);
       const float vd = d.v == nullptr ? 1.f : __ldg(d.v + batch * d.v_stride[0] + kv * d.v_stride[1]);
       const float* kd = d.k == nullptr ? nullptr : d.k + batch * d.k_stride[0] + kv * d.k_stride[1];

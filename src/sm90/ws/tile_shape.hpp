@@ -202,7 +202,7 @@ struct Fp8FwdConfig : WsSchedule<kFlags> {
   // FwdWsConfig::kHoldP's overlap measured 3-18% slower here (d64 the most): off.
   static constexpr bool kHoldP = false;
   static constexpr bool kTailSplit = false;  // FwdWsConfig's; not built for FP8
-  static constexpr bool kRowShift = false;   // FwdWsConfig's; the q descale blocks would need it too
+  static constexpr bool kRowShift = kCausal && !kVarlen_ && kBlockM % 128 != 0;  // FwdWsConfig's
 };
 
 }  // namespace hopattn::sm90::ws
