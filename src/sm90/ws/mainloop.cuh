@@ -240,6 +240,7 @@ struct FwdMainloop {
     int batch;               // batch coordinate of the TMA views (0 when packed)
     int offset_v;            // first key column of V's view: offset_k, or FP8's packed V^T start
     int tail_block = -1;     // the key block loaded shifted to end at seqlen_k (FwdMask's kTailShift)
+    int row_shift = 0;       // Cfg::kRowShift: padding rows counted in the three above (with_row_shift)
   };
 
   // The 16-bit varlen kernels load the block holding a sequence's last key as the kBlockN keys
@@ -264,27 +265,40 @@ struct FwdMainloop {
   // multiple of kBlockM leaves then costs the first tile (a key block or two) instead of the last
   // (every key block). d64 causal at 1k: 27 key-block steps a head instead of 32.
   // The kernel works on virtual rows: SeqInfo's seqlen_q/rows_q count the padding and offset_q is
-  // -row_shift, so the mask (bottom-right aligned: key_limit depends on row - seqlen_q only) and
+  // moved back by it, so the mask (bottom-right aligned: key_limit depends on row - seqlen_q only) and
   // the tile bounds need no change. Q's TMA zero-fills the negative rows; the epilogue writes
   // no row below 0 (above_sequence).
+  // Packed (varlen) sequences take their own shift, from their own length: the rows before a
+  // sequence's first are the previous sequence's (or, before the first, TMA's zero fill), loaded
+  // as padding and never stored.
   static constexpr bool kRowShift = Cfg::kRowShift;
-  static int row_shift(int seqlen_q) { return kRowShift ? (kBlockM - seqlen_q % kBlockM) % kBlockM / 64 * 64 : 0; }
+  __host__ __device__ static int row_shift(int seqlen_q) {
+    return kRowShift ? (kBlockM - seqlen_q % kBlockM) % kBlockM / 64 * 64 : 0;
+  }
   // A virtual row of the padding above the sequence (never stored). Constant false elsewhere.
-  __device__ static bool above_sequence(const SeqInfo& si, int row) { return kRowShift && row < -si.offset_q; }
+  __device__ static bool above_sequence(const SeqInfo& si, int row) {
+    return kRowShift && row < si.row_shift;
+  }
+  // si's rows as virtual rows: `shift` padding rows before the first.
+  __device__ static SeqInfo with_row_shift(SeqInfo si, int shift) {
+    if constexpr (kRowShift) {
+      si.offset_q -= shift;
+      si.rows_q += shift;
+      si.seqlen_q += shift;
+      si.row_shift = shift;
+    }
+    return si;
+  }
 
   __device__ static SeqInfo seq_info(const Params& p, int b) {
-    if constexpr (kRowShift) {
-      const int rows = p.seqlen_q + p.row_shift;
-      return {-p.row_shift, 0, rows, rows, p.seqlen_k, b, 0};
-    }
-    if constexpr (!Cfg::kVarlen) return {0, 0, p.seqlen_q, p.seqlen_q, p.seqlen_k, b, 0};
+    if constexpr (!Cfg::kVarlen) return with_row_shift({0, 0, p.seqlen_q, p.seqlen_q, p.seqlen_k, b, 0}, p.row_shift);
     // Fixed-length batches with per-sequence key counts (the KV-cache call, 16-bit only: cu_q and
     // cu_k null, used_k its key counts): batched views, keys [0, used_k[b]) of capacity seqlen_k.
     if constexpr (!kFp8) {
       if (p.cu_q == nullptr) {
         SeqInfo si{0, 0, p.seqlen_q, p.seqlen_q, min(max(__ldg(p.used_k + b), 0), p.seqlen_k), b, 0};
         set_tail(p, si);
-        return si;
+        return with_row_shift(si, p.row_shift);
       }
     }
     // Clamped to the tensors' rows: wrong index values (unchecked on the GPU unless the caller
@@ -302,7 +316,7 @@ struct FwdMainloop {
     const int ov = kFp8 ? int(fp8::vt_varlen_start(ok, b)) : ok;
     SeqInfo si{oq, ok, lq, uq, uk, 0, ov};
     set_tail(p, si);
-    return si;
+    return with_row_shift(si, row_shift(lq));
   }
 
   template <class Problem>  // AttnProblem, or Fp8AttnProblem for the FP8 kernel

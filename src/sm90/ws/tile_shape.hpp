@@ -144,8 +144,9 @@ struct FwdWsConfig : WsSchedule<kFlags> {
   static constexpr bool kTailSplit = !kCausal && !kVarlen_ && WsSchedule<kFlags>::kPersistent && kHeadDim != 256;
   // Causal 192-row tiles (d64) aligned to the sequence's end (FwdMainloop::row_shift): the
   // padding rows of a seqlen that is no multiple of 192 go to the first tile, which sees the
-  // fewest keys, instead of the last, which sees them all. Fixed-length batches, no run-time window.
-  static constexpr bool kRowShift = kCausal && !kVarlen_ && !kLocal_ && kBlockM % 128 != 0;
+  // fewest keys, instead of the last, which sees them all. Packed batches too (per sequence); not
+  // with a run-time window.
+  static constexpr bool kRowShift = kCausal && !kLocal_ && kBlockM % 128 != 0;
 };
 
 // The FP8 forward: e4m3 Q, K and V^T (sm90/fp8/layout.hpp), fp32 accumulation, kOutDType output.
