@@ -7,7 +7,7 @@
 #         generation, comparisons, allocation) overlaps another's kernels; each shard writes a JSON
 #         report, and scripts/gtest_report.py prints the counts, the failures and the slowest suites
 #         (the suite's time is the largest fixed cost of a device session: know where it goes).
-#   py    pytest in .gpu on $LIB (PY_ARGS, default tests/python; PY_T, default 300). PY_SHARDS=N
+#   py    pytest in .gpu on $LIB (PY_ARGS, default tests/python, split on spaces; PY_K, one -k expression; PY_T, default 300). PY_SHARDS=N
 #         runs N pytest processes, each on every N-th collected test (HOPATTN_PY_SHARD=i/N, read
 #         by tests/python/conftest.py), each with its own --basetemp.
 #   san   scripts/gpu-sanitize.sh (memcheck, racecheck) on SAN_FILTER (default: backward tests)
@@ -71,7 +71,7 @@ for phase in "$@"; do
     py)
       n=${PY_SHARDS:-1}
       if [ "$n" -le 1 ]; then
-        (cd $p && withlib $LIB env HOPATTN_REQUIRE_LIBRARY=1 timeout ${PY_T:-300} python3 -m pytest -q -x ${PY_ARGS:-tests/python} > $O/py.log 2>&1
+        (cd $p && withlib $LIB env HOPATTN_REQUIRE_LIBRARY=1 timeout ${PY_T:-300} python3 -m pytest -q -x ${PY_ARGS:-tests/python} ${PY_K:+-k "$PY_K"} > $O/py.log 2>&1
          echo "rc=$?")
         tail -2 $O/py.log
       else
@@ -79,7 +79,7 @@ for phase in "$@"; do
         # HOPATTN_PY_SHARD), so one slow file's cases spread over all the shards.
         for i in $(seq 0 $((n - 1))); do
           (cd $p && withlib $LIB env HOPATTN_REQUIRE_LIBRARY=1 HOPATTN_PY_SHARD=$i/$n timeout ${PY_T:-300} python3 -m pytest -q \
-             --durations=10 -p no:cacheprovider --basetemp=/tmp/pyt-$i ${PY_ARGS:-tests/python} > $O/py-$i.log 2>&1
+             --durations=10 -p no:cacheprovider --basetemp=/tmp/pyt-$i ${PY_ARGS:-tests/python} ${PY_K:+-k "$PY_K"} > $O/py-$i.log 2>&1
            echo "shard $i rc=$?: $(tail -1 $O/py-$i.log)") &
         done
         wait
