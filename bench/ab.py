@@ -13,6 +13,7 @@ A library given as .xz is decompressed beside itself once. `--env name:VAR=VALUE
 for one library's processes only, so one library under two names A/B's a run-time knob. Points are head_dim:seqlen:causal on the
 paper grid's shapes (16k tokens, hidden 2048; bench/common.probe_inputs). Ops:
   attention      the bf16 forward
+  attention_softcap  the same with softcap=SOFTCAP (the local kernels with the cap compiled in)
   attention_fp8  the one-call FP8 path (pre-passes, then the FP8 kernel)
   forward_fp8    the FP8 kernel on pre-quantised inputs (bench/ncu_shape.py's)
   backward       torch.autograd.grad of hopattn.attention alone (the forward is outside the timing)
@@ -30,8 +31,8 @@ import sys
 
 import common  # bench/common.py, beside this script
 
-OPS = ("attention", "attention_fp8", "forward_fp8", "backward", "backward_softcap")
-SOFTCAP = 30.0  # backward_softcap's cap (Gemma 2's attention softcap is 50, its logit softcap 30)
+OPS = ("attention", "attention_softcap", "attention_fp8", "forward_fp8", "backward", "backward_softcap")
+SOFTCAP = 30.0  # the softcap ops' cap (Gemma 2's attention softcap is 50, its logit softcap 30)
 
 
 def parse_points(text):
@@ -119,6 +120,8 @@ def make_call(torch, hopattn, op, d, s, c):
         out = hopattn.attention(q, k, v, causal=bool(c), softcap=SOFTCAP if op == "backward_softcap" else 0.0)
         dout = torch.randn_like(out)
         return flops, lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
+    if op == "attention_softcap":
+        return flops, lambda: hopattn.attention(q, k, v, causal=bool(c), softcap=SOFTCAP)
     import ncu_shape  # bench/ncu_shape.py: the forward ops as its probes make them
 
     args = ncu_shape.parse_args(["--op", op, "--hdim", str(d), "--seqlen", str(s)] + (["--causal"] if c else []))

@@ -110,6 +110,12 @@ struct FwdWsConfig : WsSchedule<kFlags> {
   static constexpr bool kLocal = kCausal && kLocal_;
   static constexpr bool kSoftcap = kSoftcap_;
   static_assert(!kSoftcap || kLocal, "softcapping lives in the local (run-time window) kernels only");
+  // Of every 5 capped scores, this many take their reciprocal on the FMA pipe (Softcap::on_fma), the
+  // rest on MUFU. A count per block and thread (d64 and d128 alike: 64 scores, 1000 issued
+  // instructions, 192 MUFU ops with the cap) balances MUFU time (16 results/clock/SM) against
+  // issue time (4 instructions/clock/SM) near 3 of 5, each moved reciprocal costing ~6 more
+  // instructions. d256 is bound by its GEMMs, which do twice the work per score: none there.
+  static constexpr int kSoftcapRcpOnFmaOf5 = kHeadDim_ <= 128 ? 3 : 0;
 
   // Separate O buffer only where Q + 2 stages of K and V + O fit in 227 KB (minus ~1 KB for the
   // barriers): d64 and d128 causal do; d128 at N=176 and d256 do not, and reuse Q's buffer for O.
