@@ -27,7 +27,7 @@ struct Softcap {
   float in2, out;
   __device__ __forceinline__ float operator()(float x) const {
     const float e = fast_exp2(x * in2);
-    return out * (1.f - __fdividef(2.f, 1.f + e));
+    return fmaf(__fdividef(1.f, 1.f + e), -2.f * out, out);  // out - 2 out / (1 + e): one FFMA after the rcp
   }
   // The same value with the reciprocal on the FMA pipe instead of MUFU.RCP. The cap costs two MUFU
   // operations per score (ex2 and rcp) on top of the softmax's ex2, and the multi-function unit's 16
@@ -45,7 +45,7 @@ struct Softcap {
     r = fmaf(r, fmaf(-d, r, 1.f), r);
     const float t = fmaf(-d, r, 1.f);
     r = fmaf(r, fmaf(t, t, t), r);
-    return out * fmaf(-2.f, r, 1.f);
+    return fmaf(r, -2.f * out, out);
   }
   // The parameters for a softcap and softmax scale; {0, 0} (unused) when softcap is 0.
   static Softcap make(float softcap, float scale) {
