@@ -608,8 +608,11 @@ struct FwdMainloop {
       // Softcap before the mask, so that masked scores stay -inf.
       if constexpr (Cfg::kSoftcap) {
         CUTE_UNROLL
-        for (int i = 0; i < size(tSrS); ++i)
-          tSrS(i) = i % 5 < Cfg::kSoftcapRcpOnFmaOf5 ? p.softcap.on_fma(tSrS(i)) : p.softcap(tSrS(i));
+        for (int i = 0; i < size(tSrS); ++i) {  // i is a constant here: each score's form is fixed
+          if (i % 5 < Cfg::kSoftcapRcpOnFmaOf5) tSrS(i) = p.softcap.on_fma(tSrS(i));
+          else if constexpr (Cfg::kSoftcapOneFfma) tSrS(i) = p.softcap.one_ffma(tSrS(i));
+          else tSrS(i) = p.softcap(tSrS(i));
+        }
       }
       if (mask.block_needs_mask(m_block, n_block)) mask.apply(s_rc, c_rc, m_block, n_block);
       if constexpr (kFp8) softmax.update(s_rc, factor, block_c);

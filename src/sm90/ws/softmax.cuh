@@ -27,12 +27,18 @@ struct Softcap {
   float in2, out;
   __device__ __forceinline__ float operator()(float x) const {
     const float e = fast_exp2(x * in2);
-    return fmaf(__fdividef(1.f, 1.f + e), -2.f * out, out);  // out - 2 out / (1 + e): one FFMA after the rcp
+    return out * (1.f - __fdividef(2.f, 1.f + e));
   }
-  // The same value with the reciprocal on the FMA pipe instead of MUFU.RCP. The cap costs two MUFU
-  // operations per score (ex2 and rcp) on top of the softmax's ex2, and the multi-function unit's 16
-  // results per clock and SM, not the tensor cores, bound the d64/d128 softcap forward; moving some
-  // scores' reciprocals to the FMA pipe (32 lanes per scheduler) trades issue slots for MUFU time.
+  // The same as out - 2 out / (1 + e): one FFMA after the reciprocal instead of an FFMA and an FMUL.
+  // The forward d64/d128 kernels' form; the d256 forward read 1.2% slower with it and the d64
+  // backward 0.6% (session 47, H100), so they keep operator().
+  __device__ __forceinline__ float one_ffma(float x) const {
+    const float e = fast_exp2(x * in2);
+    return fmaf(__fdividef(1.f, 1.f + e), -2.f * out, out);
+  }
+  // The same value with the reciprocal on the FMA pipe instead of MUFU.RCP, for a share of the scores
+  // (FwdWsConfig::kSoftcapRcpOnFmaOf5). The cap costs two MUFU operations per score beside the
+  // softmax's ex2, and moving some reciprocals to the FMA pipe trades MUFU time for issue slots.
   // 1 / d for d = 1 + e in [1, 2^64]: the exponent-flip seed 0x7EF311C7 - bits(d) (relative error
   // 5.1e-2), one Newton step (2.6e-3) and one cubic step r(1 + t + t^2) (7.6e-8 over that range,
   // numpy float32 simulation): tanh within 2.1e-7 of the MUFU form's 1.8e-7. The input is clamped

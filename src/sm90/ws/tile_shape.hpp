@@ -73,6 +73,9 @@ struct WsSchedule {
 // local kernels have it (a problem without a window runs them with unbounded run-time bounds), so a
 // softcap costs 2 instantiations per (dtype, head dim) and none of the other kernels change: as a
 // run-time branch it cost d64 causal 7-10% and 45 LDL/STL (commit 61f1ab7).
+#ifndef HOPATTN_SOFTCAP_RCP_ON_FMA_OF5  // for builds that measure the share (perf-notes, session 47)
+#define HOPATTN_SOFTCAP_RCP_ON_FMA_OF5 3
+#endif
 template <DType kDType, int kHeadDim_, bool kCausal, unsigned kFlags = kStageE, int kBlockNOverride = 0,
           bool kVarlen_ = false, bool kLocal_ = false, bool kSoftcap_ = false>
 struct FwdWsConfig : WsSchedule<kFlags> {
@@ -110,12 +113,15 @@ struct FwdWsConfig : WsSchedule<kFlags> {
   static constexpr bool kLocal = kCausal && kLocal_;
   static constexpr bool kSoftcap = kSoftcap_;
   static_assert(!kSoftcap || kLocal, "softcapping lives in the local (run-time window) kernels only");
-  // Of every 5 capped scores, this many take their reciprocal on the FMA pipe (Softcap::on_fma), the
-  // rest on MUFU. A count per block and thread (d64 and d128 alike: 64 scores, 1000 issued
-  // instructions, 192 MUFU ops with the cap) balances MUFU time (16 results/clock/SM) against
-  // issue time (4 instructions/clock/SM) near 3 of 5, each moved reciprocal costing ~6 more
-  // instructions. d256 is bound by its GEMMs, which do twice the work per score: none there.
-  static constexpr int kSoftcapRcpOnFmaOf5 = kHeadDim_ <= 128 ? 3 : 0;
+  // The cap's arithmetic (ws/softmax.cuh, Softcap), d64/d128: of every 5 capped scores this many
+  // take their reciprocal on the FMA pipe (on_fma), the rest on MUFU, with the cap's multiply folded
+  // into one FFMA (one_ffma). Measured on an H100 against operator() everywhere (session 47,
+  // perf-notes "The softcap forward"): d64 +5.6-6.9%, d128 +1.1-3.5%. 3 of 5 came from a model that
+  // took these kernels for MUFU-bound; they are issue-bound, so the share is worth re-measuring
+  // (HOPATTN_SOFTCAP_RCP_ON_FMA_OF5 overrides it for such builds). The d256 forward keeps
+  // operator(): one_ffma read 1.2% slower there.
+  static constexpr int kSoftcapRcpOnFmaOf5 = kHeadDim_ <= 128 ? HOPATTN_SOFTCAP_RCP_ON_FMA_OF5 : 0;
+  static constexpr bool kSoftcapOneFfma = kHeadDim_ <= 128;
 
   // Separate O buffer only where Q + 2 stages of K and V + O fit in 227 KB (minus ~1 KB for the
   // barriers): d64 and d128 causal do; d128 at N=176 and d256 do not, and reuse Q's buffer for O.
