@@ -1,0 +1,18 @@
+# Session 48's first device call (prepared in session 47): the softcap forward's candidates against
+# main, on .gpu-rs46 (tests and scripts; its library is main's except the softcap forward) and
+# .gpu-exp/ab/libhopattn-{main47,f1,f2,rs}.so.xz, built by scripts/variant-lib.sh from main 761707b's
+# objects:
+#   main47  main itself (3 of 5 reciprocals on the FMA pipe, one_ffma for the rest)
+#   f1, f2  1 or 2 of 5 on the FMA pipe (-DHOPATTN_SOFTCAP_RCP_ON_FMA_OF5=1/2; bf16 d64/d128 units)
+#   rs      the softmax on -r (-DHOPATTN_SOFTCAP_RECIP_SCORE=1, branch softcap-recip-score; bf16 and
+#           fp16 d64/d128 units)
+# carry [.gpu-rs46, .gpu-exp]; ~5 min. Merge rs if its tests pass and it gains; move the share if f1
+# or f2 beats main47 in every round at d64 and d128.
+nvidia-smi --query-gpu=name --format=csv,noheader
+export PACK=.gpu-rs46
+RS=$PWD/.gpu-exp/ab/libhopattn-rs.so
+LIB=$RS GT_SHARDS=4 GT_T=100 GT_FILTER='*Softcap*:*Window*:*Local*' bash scripts/gpu-phases.sh gt 2>&1 | grep -E "rc=|gtest:|FAIL" | head -8
+LIB=$RS SAN_T=150 SAN_FILTER='Sm90Softcap/ForwardVsReference.*bf16_d64_*q1000*cap30:Sm90Softcap/ForwardVsReference.*bf16_d128_*q127*cap2' bash scripts/gpu-phases.sh san 2>&1 | grep -E "SUMMARY|PASSED|rc=" | head -4
+AB_ONLY='main47 f1 f2 rs' AB_OP=attention_softcap AB_ROUNDS=3 AB_POINTS=64:4096:0,64:1024:1,128:4096:1,128:16384:0 AB_TAG=scd bash scripts/gpu-phases.sh ab 2>&1 | tail -6
+LIB=$RS PY_SHARDS=2 PY_T=150 PY_K='softcap' bash scripts/gpu-phases.sh py 2>&1 | grep -E "shard|rc=" | head -4
+bash scripts/gpu-phases.sh bundle 2>&1 | grep rc=
