@@ -8,6 +8,8 @@
 #include <cmath>
 #include <utility>
 
+#include "sm90/ws/reciprocal.hpp"
+
 namespace hopattn::sm90::ws {
 
 // exp2f without -ftz adds denormal range handling around MUFU.EX2; the results feed a 16-bit
@@ -39,18 +41,13 @@ struct Softcap {
   // The same value with the reciprocal on the FMA pipe instead of MUFU.RCP, for a share of the scores
   // (FwdWsConfig::kSoftcapRcpOnFmaOf5). The cap costs two MUFU operations per score beside the
   // softmax's ex2, and moving some reciprocals to the FMA pipe trades MUFU time for issue slots.
-  // 1 / d for d = 1 + e in [1, 2^64]: the exponent-flip seed 0x7EF311C7 - bits(d) (relative error
-  // 5.1e-2), one Newton step (2.6e-3) and one cubic step r(1 + t + t^2) (7.6e-8 over that range,
-  // numpy float32 simulation): tanh within 2.1e-7 of the MUFU form's 1.8e-7. The input is clamped
-  // at 64 so that d stays a normal float whose seed is normal; min.NaN keeps a NaN score NaN.
+  // 1 / d by reciprocal_on_fma (relative error 7.6e-8 for d = 1 + e in [1, 2^64]): tanh within
+  // 2.1e-7 of the MUFU form's 1.8e-7 (tests/cpu/test_softcap_reciprocal.cpp). The input is clamped
+  // at 64 so that d stays in that range; min.NaN keeps a NaN score NaN.
   __device__ __forceinline__ float on_fma(float x) const {
     float z;
     asm("min.NaN.f32 %0, %1, 0f42800000;" : "=f"(z) : "f"(x * in2));  // min(x * in2, 64)
-    const float d = 1.f + fast_exp2(z);
-    float r = __int_as_float(0x7EF311C7 - __float_as_int(d));
-    r = fmaf(r, fmaf(-d, r, 1.f), r);
-    const float t = fmaf(-d, r, 1.f);
-    r = fmaf(r, fmaf(t, t, t), r);
+    const float r = reciprocal_on_fma(1.f + fast_exp2(z));
     return fmaf(r, -2.f * out, out);
   }
   // The parameters for a softcap and softmax scale; {0, 0} (unused) when softcap is 0.
