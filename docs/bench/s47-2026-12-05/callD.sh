@@ -6,13 +6,17 @@
 #   f1, f2  1 or 2 of 5 on the FMA pipe (-DHOPATTN_SOFTCAP_RCP_ON_FMA_OF5=1/2; bf16 d64/d128 units)
 #   rs      the softmax on -r (-DHOPATTN_SOFTCAP_RECIP_SCORE=1, branch softcap-recip-score; bf16 and
 #           fp16 d64/d128 units)
-# carry [.gpu-rs46, .gpu-exp]; ~5 min. Merge rs if its tests pass and it gains; move the share if f1
+#   fm      rs without a running max for bf16 (-DHOPATTN_SOFTCAP_FIXED_MAX=1 too, branch
+#           softcap-fixed-max; bf16 d64/d128 units; caps above 54.7 give NaN in this build)
+# carry [.gpu-rs46, .gpu-exp]; ~7 min. Merge rs if its tests pass and it gains; move the share if f1
 # or f2 beats main47 in every round at d64 and d128.
 nvidia-smi --query-gpu=name --format=csv,noheader
 export PACK=.gpu-rs46
 RS=$PWD/.gpu-exp/ab/libhopattn-rs.so
-LIB=$RS GT_SHARDS=4 GT_T=100 GT_FILTER='*Softcap*:*Window*:*Local*' bash scripts/gpu-phases.sh gt 2>&1 | grep -E "rc=|gtest:|FAIL" | head -8
+for L in rs fm; do
+  LIB=$PWD/.gpu-exp/ab/libhopattn-$L.so GT_SHARDS=4 GT_T=100 GT_FILTER='*Softcap*:*Window*:*Local*' bash scripts/gpu-phases.sh gt 2>&1 | grep -E "rc=|gtest:|FAIL" | head -8
+done
 LIB=$RS SAN_T=150 SAN_FILTER='Sm90Softcap/ForwardVsReference.*bf16_d64_*q1000*cap30:Sm90Softcap/ForwardVsReference.*bf16_d128_*q127*cap2' bash scripts/gpu-phases.sh san 2>&1 | grep -E "SUMMARY|PASSED|rc=" | head -4
-AB_ONLY='main47 f1 f2 rs' AB_OP=attention_softcap AB_ROUNDS=3 AB_POINTS=64:4096:0,64:1024:1,128:4096:1,128:16384:0 AB_TAG=scd bash scripts/gpu-phases.sh ab 2>&1 | tail -6
+AB_ONLY='main47 f1 f2 rs fm' AB_OP=attention_softcap AB_ROUNDS=3 AB_POINTS=64:4096:0,64:1024:1,128:4096:1,128:16384:0 AB_TAG=scd bash scripts/gpu-phases.sh ab 2>&1 | tail -7
 LIB=$RS PY_SHARDS=2 PY_T=150 PY_K='softcap' bash scripts/gpu-phases.sh py 2>&1 | grep -E "shard|rc=" | head -4
 bash scripts/gpu-phases.sh bundle 2>&1 | grep rc=
