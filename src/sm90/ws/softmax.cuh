@@ -35,8 +35,7 @@ struct Softcap {
   // The forward d64/d128 kernels' form; the d256 forward read 1.2% slower with it and the d64
   // backward 0.6% (session 47, H100), so they keep operator().
   __device__ __forceinline__ float one_ffma(float x) const {
-    const float e = fast_exp2(x * in2);
-    return fmaf(__fdividef(1.f, 1.f + e), -2.f * out, out);
+    return from_reciprocal(__fdividef(1.f, 1.f + fast_exp2(x * in2)));
   }
   // The same value with the reciprocal on the FMA pipe instead of MUFU.RCP, for a share of the scores
   // (FwdWsConfig::kSoftcapRcpOnFmaOf5). The cap costs two MUFU operations per score beside the
@@ -47,9 +46,10 @@ struct Softcap {
   __device__ __forceinline__ float on_fma(float x) const {
     float z;
     asm("min.NaN.f32 %0, %1, 0f42800000;" : "=f"(z) : "f"(x * in2));  // min(x * in2, 64)
-    const float r = reciprocal_on_fma(1.f + fast_exp2(z));
-    return fmaf(r, -2.f * out, out);
+    return from_reciprocal(reciprocal_on_fma(1.f + fast_exp2(z)));
   }
+  // out * tanh(y) = out - 2 out r from r = 1 / (1 + e^(2y)): one FFMA.
+  __device__ __forceinline__ float from_reciprocal(float r) const { return fmaf(r, -2.f * out, out); }
   // The parameters for a softcap and softmax scale; {0, 0} (unused) when softcap is 0.
   static Softcap make(float softcap, float scale) {
     if (!(softcap > 0.f)) return {0.f, 0.f};

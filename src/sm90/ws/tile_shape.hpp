@@ -76,6 +76,8 @@ struct WsSchedule {
 #ifndef HOPATTN_SOFTCAP_RCP_ON_FMA_OF5  // for builds that measure the share (perf-notes, session 47)
 #define HOPATTN_SOFTCAP_RCP_ON_FMA_OF5 3
 #endif
+static_assert(HOPATTN_SOFTCAP_RCP_ON_FMA_OF5 >= 0 && HOPATTN_SOFTCAP_RCP_ON_FMA_OF5 <= 5,
+              "HOPATTN_SOFTCAP_RCP_ON_FMA_OF5 counts scores out of every 5: 0 to 5");
 template <DType kDType, int kHeadDim_, bool kCausal, unsigned kFlags = kStageE, int kBlockNOverride = 0,
           bool kVarlen_ = false, bool kLocal_ = false, bool kSoftcap_ = false>
 struct FwdWsConfig : WsSchedule<kFlags> {
