@@ -42,6 +42,18 @@ def read_trace(lib):
     return list(buf[: min(n, CAPACITY)])
 
 
+def traced_library(why):
+    """The hopattn library with hopattn_debug_bwd_trace typed; SystemExit unless HOPATTN_BWD_TRACE=1."""
+    if os.environ.get("HOPATTN_BWD_TRACE") != "1":
+        sys.exit(f"set HOPATTN_BWD_TRACE=1 ({why})")
+    from hopattn import _lib
+
+    lib = _lib.load()
+    lib.hopattn_debug_bwd_trace.argtypes = [ctypes.c_void_p, ctypes.c_int]
+    lib.hopattn_debug_bwd_trace.restype = ctypes.c_int
+    return lib
+
+
 def idle_after(records, t_from, t_to, sms):
     """SM-microseconds with no main-kernel CTA between t_from and t_to (ns), over `sms` SMs."""
     busy = 0
@@ -138,16 +150,11 @@ def main(argv=None):
                 for line in summarize(read_csv(f.read()), args.sms):
                     print("  " + line)
         return
-    if os.environ.get("HOPATTN_BWD_TRACE") != "1":
-        sys.exit("set HOPATTN_BWD_TRACE=1 (read once, when the library first runs a backward)")
+    lib = traced_library("read once, when the library first runs a backward")
     import torch
 
     import hopattn
-    from hopattn import _lib
 
-    lib = _lib.load()
-    lib.hopattn_debug_bwd_trace.argtypes = [ctypes.c_void_p, ctypes.c_int]
-    lib.hopattn_debug_bwd_trace.restype = ctypes.c_int
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     for item in args.points.split(","):
         d, s, c = (int(x) for x in item.split(":"))

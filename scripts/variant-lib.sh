@@ -3,22 +3,32 @@
 # rest of build/'s objects as they are, linked into .gpu-exp/ab/libhopattn-NAME.so.xz for
 # bench/ab.py (gpu-phases.sh ab). Build/ must be current for every other unit (ninja -C build).
 #   scripts/variant-lib.sh NAME "-DFOO=1 -DBAR=2" fwd_softcap_bf16_hdim64 fwd_softcap_bf16_hdim128
+# SRC_ROOT=/path/to/worktree compiles those units against another checkout's src/ and include/ (a
+# branch's headers) while every other object stays build/'s. JOBS (default: all at once) caps the
+# parallel compiles. OBJ_DIR keeps the recompiled objects there (for SASS checks).
 set -euo pipefail
 name=$1 defines=$2; shift 2
+src_root=${SRC_ROOT:-} jobs=${JOBS:-0}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-objs=()
+objs=() pids=()
 for unit in "$@"; do
   obj=CMakeFiles/hopattn.dir/instantiations/$unit.cu.o
   cmd=$(ninja -C build -t commands "$obj" | tail -1)
   cmd=${cmd/-o $obj/-o $tmp/$unit.cu.o}
   cmd=${cmd/-MF $obj.d/-MF $tmp/$unit.cu.o.d}
+  if [ -n "$src_root" ]; then
+    cmd=${cmd//-I$PWD\/include /-I$src_root/include }
+    cmd=${cmd//-I$PWD\/src /-I$src_root/src }
+  fi
+  if [ "$jobs" -gt 0 ]; then while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do sleep 2; done; fi
   (cd build && eval "${cmd/ -x cu / $defines -x cu }") &
-  objs+=("$obj")
+  objs+=("$obj") pids+=($!)
 done
-wait
+for pid in "${pids[@]}"; do wait "$pid"; done  # each compile's status: set -e stops on a failed one
 link=$(ninja -C build -t commands libhopattn.so | tail -1)
 for obj in "${objs[@]}"; do link=${link/ $obj / $tmp/$(basename $obj) }; done
 (cd build && eval "${link/-o libhopattn.so/-o $tmp/libhopattn-$name.so}")
 mkdir -p .gpu-exp/ab
 xz -T2 -6 -c "$tmp/libhopattn-$name.so" > .gpu-exp/ab/libhopattn-$name.so.xz
+if [ -n "${OBJ_DIR:-}" ]; then mkdir -p "$OBJ_DIR" && cp "$tmp"/*.cu.o "$OBJ_DIR"/; fi
 echo ".gpu-exp/ab/libhopattn-$name.so.xz: $* with $defines"

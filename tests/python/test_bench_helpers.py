@@ -374,3 +374,42 @@ def test_bwd_trace_summary():
     assert bwd_trace.summarize(back, 2) == lines
     with pytest.raises(ValueError, match="header"):
         bwd_trace.read_csv("a,b\n1,2\n")
+
+
+def test_fwd_trace_summary():
+    import bwd_trace
+    import fwd_trace  # bench/fwd_trace.py: the forward tiles' fit and balance, without a GPU
+
+    def rec(sm, blocks, start_us, end_us, kernel=fwd_trace.FWD_KERNEL):
+        return bwd_trace.Record(kernel, 0, sm, blocks, int(start_us * 1000), int(end_us * 1000))
+
+    # Tiles of exactly 0.5 us a block + 2 us: SM 0 runs 4 and 8 blocks (4, 6 us) with a 1 us gap,
+    # SM 1 runs 12 blocks (8 us) and ends 3 us before SM 0. A backward record is ignored.
+    records = [rec(0, 4, 0, 4), rec(0, 8, 5, 11), rec(1, 12, 0, 8), rec(1, 9, 0, 50, kernel=0)]
+    tiles = fwd_trace.tiles_of(records)
+    assert tiles == [(0, 4, 0, 4000), (0, 8, 5000, 11000), (1, 12, 0, 8000)]
+    slope, intercept, r2 = fwd_trace.fit(tiles)
+    assert (round(slope, 9), round(intercept, 9), round(r2, 9)) == (0.5, 2.0, 1.0)
+    span, share, gap, end_spread, sms = fwd_trace.balance(tiles)
+    assert (span, gap, end_spread, sms) == (11.0, (1.0, 1.0), 3.0, 2)
+    assert share == pytest.approx(18 / 22)
+    lines = fwd_trace.summarize(tiles)
+    assert lines == [
+        "tiles 3 on 2 SMs, key blocks 4-12 (mean 8.0), span 11.0 us",
+        "fit   tile = 0.500 us x blocks + 2.00 us (R^2 1.000); the intercept is 4.0 blocks' worth",
+        "SMs   busy 81.8% of the span, last tile ends spread over 3.0 us; gap before an SM's next tile median 1.00 us (max 1.00)",
+    ]
+    # Noisy times: the fit is the least-squares line, R^2 below 1.
+    noisy = [(0, 2, 0, 2000), (0, 4, 0, 2500), (0, 6, 0, 5000)]
+    slope, intercept, r2 = fwd_trace.fit(noisy)
+    assert slope == pytest.approx(0.75) and intercept == pytest.approx(1 / 6) and 0.8 < r2 < 1
+    # One key-block count (non-causal): no slope, the mean tile time.
+    assert fwd_trace.fit([(0, 32, 0, 9000), (1, 32, 0, 11000)]) == (None, 10.0, None)
+    assert fwd_trace.summarize([(0, 32, 0, 9000)])[1] == "fit   every tile 32 blocks: mean tile 9.00 us"
+    assert fwd_trace.summarize([])[0].startswith("no forward-tile records")
+    # --dump's CSV and --csv's reading of it.
+    text = fwd_trace.tiles_csv(tiles)
+    assert text.splitlines()[:2] == ["smid,key_blocks,start_ns,end_ns", "0,4,0,4000"]
+    assert fwd_trace.read_csv(text) == tiles
+    with pytest.raises(ValueError, match="header"):
+        fwd_trace.read_csv("kernel,block,smid,start_ns,end_ns\n")

@@ -60,6 +60,9 @@ cudaError_t launch_ws_config(const Problem& prob, const AttnProblem& pr, cudaStr
   typename K::Params params{};
   params.mainloop = K::Mainloop::make_params(prob);
   params.epilogue = K::Epilogue::make_params(pr);
+#if HOPATTN_FWD_TRACE
+  params.trace = bwd::bwd_trace();  // nulls unless HOPATTN_BWD_TRACE=1
+#endif
   const int64_t num_m_blocks = (pr.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM;
   // A quarter of the int range: the scheduler computes indices up to num_tiles + 2 * grid, or
   // 2 * (num_units + grid) folded (num_units <= num_tiles).

@@ -21,6 +21,13 @@
 #include "sm90/ws/tile_scheduler.hpp"
 #include "sm90/ws/warp_uniform.cuh"
 
+#ifndef HOPATTN_FWD_TRACE  // 1: per-tile timestamps (ws/trace.cuh), for measuring builds only
+#define HOPATTN_FWD_TRACE 0
+#endif
+#if HOPATTN_FWD_TRACE
+#include "sm90/ws/trace.cuh"
+#endif
+
 namespace hopattn::sm90::ws {
 
 template <class Cfg>
@@ -46,6 +53,9 @@ struct FwdWsKernel {
     typename Mainloop::Params mainloop;
     typename Epilogue::Params epilogue;
     TileOrder<Cfg::kCausalMask> order;
+#if HOPATTN_FWD_TRACE
+    bwd::BwdTrace trace;
+#endif
   };
 };
 
@@ -217,6 +227,9 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
         K::Epilogue::store_empty(params.epilogue, thread_idx, t.m_block, t.head, si);
         continue;
       }
+#if HOPATTN_FWD_TRACE
+      const uint64_t trace_start = thread_idx == 0 ? bwd::trace_clock() : 0;
+#endif
       Tensor tOrO = partition_fragment_C(mma_pv, Shape<Int<Cfg::kBlockM>, Int<Cfg::kHeadDim>>{});
       typename Mainloop::Softmax softmax = Mainloop::make_softmax(mp, t.m_block, t.head, t.batch, wg);
       Mainloop::mma_tile(mp, ss, pipe_k, pipe_v, st, q_phase, thread_idx, mask, t.m_block, kb, tOrO, softmax);
@@ -243,6 +256,9 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
                                                            barrier_id(FwdBarrier::kEpilogueWG0, wg), o_rc, lse);
       }
       if (store_o) K::Epilogue::store(params.epilogue, ss, thread_idx, t.m_block, t.head, si, tOrO, lse);
+#if HOPATTN_FWD_TRACE
+      if (thread_idx == 0) trace_fwd_tile(params.trace, kb.end - kb.begin, trace_start);
+#endif
       if constexpr (Cfg::kOInV) {
         // Every tile with keys arrives once, stored or not, as the producer counts. Only the
         // issuing thread (thread 0 of the warpgroup) can wait for its store's reads; its warp

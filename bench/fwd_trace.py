@@ -1,0 +1,146 @@
+"""Where a forward call's time goes, tile by tile: per-tile timestamps of the persistent forward
+kernel (a library built with -DHOPATTN_FWD_TRACE=1, src/sm90/ws/trace.cuh; the records go to the
+backward trace's buffer, which HOPATTN_BWD_TRACE=1 allocates), on the paper grid's shapes.
+
+    HOPATTN_BWD_TRACE=1 HOPATTN_LIBRARY=.gpu-exp/ab/libhopattn-trace.so PYTHONPATH=.gpu/python \\
+        python3 .gpu/bench/fwd_trace.py --points 64:4096:1,64:4096:0
+
+Per point, one traced call after warm-up, then:
+- tiles: how many, on how many SMs; the span (first tile start to last tile end);
+- fit: a tile's time against its key blocks by least squares, time = slope * blocks + intercept
+  (us), with R^2. The slope is the cost of one key block in the steady walk; the intercept is what a
+  tile costs besides its blocks (the first S GEMM with nothing to overlap, the last P V, the
+  epilogue; with causal tiles also the diagonal blocks' masking, as every causal tile has a few);
+- gaps: between one tile's end and the same SM's next tile start (the scheduler, the next Q wait);
+- balance: the SMs' busy share of the span, and the spread of their last tile ends (a static
+  order whose CTAs finish apart leaves the early ones idle).
+Times in microseconds (%globaltimer: ns; its update granularity on some drivers is 1 us, which the
+fit over thousands of tiles averages out). The trace adds an atomic per tile; use ab.py for timings.
+"""
+import argparse
+import collections
+import os
+import statistics
+
+import bwd_trace  # bench/bwd_trace.py: the record, the buffer read
+import common  # noqa: F401  bench/common.py (sys.path for hopattn and torch helpers)
+
+FWD_KERNEL = 2  # kFwdTraceKernel: records of forward tiles; `unused` holds the tile's key blocks
+CSV_HEADER = "smid,key_blocks,start_ns,end_ns"
+
+
+def tiles_of(records):
+    """(smid, key_blocks, start_ns, end_ns) of the forward tiles among trace records."""
+    return [(r.smid, r.unused, r.start, r.end) for r in records if r.kernel == FWD_KERNEL]
+
+
+def tiles_csv(tiles):
+    return "\n".join([CSV_HEADER] + [",".join(str(x) for x in t) for t in tiles]) + "\n"
+
+
+def read_csv(text):
+    rows = text.strip().splitlines()
+    if not rows or rows[0] != CSV_HEADER:
+        raise ValueError(f"not a fwd_trace.py --dump CSV (header {CSV_HEADER})")
+    return [tuple(int(x) for x in row.split(",")) for row in rows[1:]]
+
+
+def fit(tiles):
+    """Least squares time_us = slope * key_blocks + intercept over the tiles: (slope, intercept, r2).
+    With a single key-block count the slope is undefined: (None, mean time, None)."""
+    xs = [t[1] for t in tiles]
+    ys = [(t[3] - t[2]) / 1e3 for t in tiles]
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    if sxx == 0:
+        return None, my, None
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+    intercept = my - slope * mx
+    ss_tot = sum((y - my) ** 2 for y in ys)
+    ss_res = sum((y - slope * x - intercept) ** 2 for x, y in zip(xs, ys))
+    return slope, intercept, (1 - ss_res / ss_tot) if ss_tot > 0 else 1.0
+
+
+def balance(tiles):
+    """Per SM: its tiles in start order. Returns (span_us, busy share of sms_used * span, median and
+    max gap between an SM's consecutive tiles in us (None with one tile per SM), spread of the SMs'
+    last tile ends in us, SMs used)."""
+    per_sm = collections.defaultdict(list)
+    for t in tiles:
+        per_sm[t[0]].append(t)
+    t0, t1 = min(t[2] for t in tiles), max(t[3] for t in tiles)
+    span = (t1 - t0) / 1e3
+    busy = sum(t[3] - t[2] for t in tiles) / 1e3
+    gaps, ends = [], []
+    for ts in per_sm.values():
+        ts.sort(key=lambda t: t[2])
+        gaps += [(b[2] - a[3]) / 1e3 for a, b in zip(ts, ts[1:])]
+        ends.append(ts[-1][3])
+    gap = (statistics.median(gaps), max(gaps)) if gaps else None
+    share = busy / (len(per_sm) * span) if span > 0 else 1.0
+    return span, share, gap, (max(ends) - min(ends)) / 1e3, len(per_sm)
+
+
+def summarize(tiles):
+    if not tiles:
+        return ["no forward-tile records (a library built with -DHOPATTN_FWD_TRACE=1, and HOPATTN_BWD_TRACE=1?)"]
+    span, share, gap, end_spread, sms = balance(tiles)
+    slope, intercept, r2 = fit(tiles)
+    blocks = [t[1] for t in tiles]
+    lines = [f"tiles {len(tiles)} on {sms} SMs, key blocks {min(blocks)}-{max(blocks)} (mean {statistics.fmean(blocks):.1f}), "
+             f"span {span:.1f} us"]
+    if slope is None:
+        lines.append(f"fit   every tile {blocks[0]} blocks: mean tile {intercept:.2f} us")
+    else:
+        lines.append(f"fit   tile = {slope:.3f} us x blocks + {intercept:.2f} us (R^2 {r2:.3f}); the intercept is "
+                     f"{intercept / slope:.1f} blocks' worth")
+    line = f"SMs   busy {100 * share:.1f}% of the span, last tile ends spread over {end_spread:.1f} us"
+    if gap:
+        line += f"; gap before an SM's next tile median {gap[0]:.2f} us (max {gap[1]:.2f})"
+    lines.append(line)
+    return lines
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--points", default="64:4096:1,64:4096:0", help="head_dim:seqlen:causal,... (the grid's shapes)")
+    parser.add_argument("--op", default="attention", help="a forward op of bench/ab.py (attention, attention_softcap, "
+                                                          "forward_fp8)")
+    parser.add_argument("--warm", type=float, default=0.5, help="seconds of the point's own calls before the traced one")
+    parser.add_argument("--dump", help="also write each point's tiles to DUMP/fwd-trace-{op}-d{d}-s{s}-c{c}.csv")
+    parser.add_argument("--csv", nargs="+", help="summarise dumped traces instead (no GPU): the CSV files")
+    args = parser.parse_args(argv)
+    if args.csv:
+        for path in args.csv:
+            print(f"== {path}")
+            with open(path) as f:
+                for line in summarize(read_csv(f.read())):
+                    print("  " + line)
+        return
+    lib = bwd_trace.traced_library("it allocates the trace buffer the forward's records go to")
+    import time
+
+    import torch
+
+    import ab  # bench/ab.py: the ops as it times them
+    import hopattn
+
+    for d, s, c in ab.parse_points(args.points):
+        _, call = ab.make_call(torch, hopattn, args.op, d, s, c)
+        start = time.time()
+        while time.time() - start < args.warm:
+            call()
+        bwd_trace.read_trace(lib)  # drop the warm-up's records
+        call()
+        tiles = tiles_of(bwd_trace.read_trace(lib))
+        print(f"== {args.op} d{d} s{s} {'causal' if c else 'non-causal'}")
+        if args.dump:
+            os.makedirs(args.dump, exist_ok=True)
+            with open(os.path.join(args.dump, f"fwd-trace-{args.op}-d{d}-s{s}-c{c}.csv"), "w") as f:
+                f.write(tiles_csv(tiles))
+        for line in summarize(tiles):
+            print("  " + line)
+
+
+if __name__ == "__main__":
+    main()
