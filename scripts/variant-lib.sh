@@ -3,6 +3,8 @@
 # rest of build/'s objects as they are, linked into .gpu-exp/ab/libhopattn-NAME.so.xz for
 # bench/ab.py (gpu-phases.sh ab). Build/ must be current for every other unit (ninja -C build).
 #   scripts/variant-lib.sh NAME "-DFOO=1 -DBAR=2" fwd_softcap_bf16_hdim64 fwd_softcap_bf16_hdim128
+# A unit is a generated instantiation's name, or a library source's path under the repository
+# (src/sm90/decode/instantiate_bf16).
 # SRC_ROOT=/path/to/worktree compiles those units against another checkout's src/ and include/ (a
 # branch's headers) while every other object stays build/'s. JOBS (default: all at once) caps the
 # parallel compiles. OBJ_DIR keeps the recompiled objects there (for SASS checks).
@@ -12,13 +14,18 @@ src_root=${SRC_ROOT:-} jobs=${JOBS:-0}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 objs=() pids=()
 for unit in "$@"; do
-  obj=CMakeFiles/hopattn.dir/instantiations/$unit.cu.o
+  case $unit in
+    */*) obj=CMakeFiles/hopattn.dir/$unit.cu.o ;;
+    *) obj=CMakeFiles/hopattn.dir/instantiations/$unit.cu.o ;;
+  esac
+  base=$(basename "$unit")
   cmd=$(ninja -C build -t commands "$obj" | tail -1)
-  cmd=${cmd/-o $obj/-o $tmp/$unit.cu.o}
-  cmd=${cmd/-MF $obj.d/-MF $tmp/$unit.cu.o.d}
+  cmd=${cmd/-o $obj/-o $tmp/$base.cu.o}
+  cmd=${cmd/-MF $obj.d/-MF $tmp/$base.cu.o.d}
   if [ -n "$src_root" ]; then
     cmd=${cmd//-I$PWD\/include /-I$src_root/include }
     cmd=${cmd//-I$PWD\/src /-I$src_root/src }
+    cmd=${cmd//$PWD\/src\//$src_root/src/}  # a library source's own path
   fi
   if [ "$jobs" -gt 0 ]; then while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do sleep 2; done; fi
   (cd build && eval "${cmd/ -x cu / $defines -x cu }") &
