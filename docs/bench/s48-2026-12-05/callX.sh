@@ -16,9 +16,10 @@ LIB=$ET GT_SHARDS=4 GT_T=200 GT_FILTER='Sm90/ForwardVsReference.*bf16*:Sm90Windo
 # 2. racecheck and memcheck on a d64 causal tile walk (three warpgroups) and a d128 non-causal one.
 LIB=$ET SAN_T=150 SAN_FILTER='Sm90/ForwardVsReference.*bf16_d64_causal_b3_h8x2_q1000_k1000:Sm90/ForwardVsReference.*bf16_d128_full_b1_h8x8_q127_k255' \
   bash scripts/gpu-phases.sh san 2>&1 | grep -E "SUMMARY|PASSED|rc=" | head -4
-# 3. The A/B, 3 rounds: d64 causal over the grid, the non-causal and d128/d256 controls, FP8 d128.
+# 3. The A/B, 3 rounds: d64 causal over the grid; short non-causal tiles (512-1k keys: 4-8 blocks,
+# where two turns a tile also weigh) and long controls; FP8 d128.
 AB_ONLY='main47 et' AB_OP=attention AB_ROUNDS=3 AB_TAG=et \
-  AB_POINTS=64:512:1,64:1024:1,64:2048:1,64:4096:1,64:16384:1,64:4096:0,128:1024:1,128:4096:0,256:2048:1 \
-  bash scripts/gpu-phases.sh ab 2>&1 | tail -11
+  AB_POINTS=64:512:1,64:1024:1,64:2048:1,64:4096:1,64:16384:1,64:1024:0,64:4096:0,128:512:0,128:1024:1,128:4096:0,256:512:0,256:2048:1 \
+  bash scripts/gpu-phases.sh ab 2>&1 | tail -14
 AB_ONLY='main47 et' AB_OP=forward_fp8 AB_ROUNDS=3 AB_TAG=et8 AB_POINTS=128:4096:0,128:16384:0,128:4096:1 \
   bash scripts/gpu-phases.sh ab 2>&1 | tail -5
