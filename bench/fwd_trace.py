@@ -23,7 +23,6 @@ import os
 import statistics
 
 import bwd_trace  # bench/bwd_trace.py: the record, the buffer read
-import common  # noqa: F401  bench/common.py (sys.path for hopattn and torch helpers)
 
 FWD_KERNEL = 2  # kFwdTraceKernel: records of forward tiles; `unused` holds the tile's key blocks
 CSV_HEADER = "smid,key_blocks,start_ns,end_ns"
