@@ -25,7 +25,7 @@ import common  # bench/common.py, beside this script
 
 class Record(ctypes.Structure):  # sm90::bwd::BwdTraceRecord
     _fields_ = [("kernel", ctypes.c_uint32), ("block", ctypes.c_uint32), ("smid", ctypes.c_uint32),
-                ("unused", ctypes.c_uint32), ("start", ctypes.c_uint64), ("end", ctypes.c_uint64)]
+                ("detail", ctypes.c_uint32), ("start", ctypes.c_uint64), ("end", ctypes.c_uint64)]
 
 
 CAPACITY = 1 << 17  # kBwdTraceCapacity

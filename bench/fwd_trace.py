@@ -24,13 +24,13 @@ import statistics
 
 import bwd_trace  # bench/bwd_trace.py: the record, the buffer read
 
-FWD_KERNEL = 2  # kFwdTraceKernel: records of forward tiles; `unused` holds the tile's key blocks
+FWD_KERNEL = 2  # kFwdTraceKernel: records of forward tiles; `detail` holds the tile's key blocks
 CSV_HEADER = "smid,key_blocks,start_ns,end_ns"
 
 
 def tiles_of(records):
     """(smid, key_blocks, start_ns, end_ns) of the forward tiles among trace records."""
-    return [(r.smid, r.unused, r.start, r.end) for r in records if r.kernel == FWD_KERNEL]
+    return [(r.smid, r.detail, r.start, r.end) for r in records if r.kernel == FWD_KERNEL]
 
 
 def tiles_csv(tiles):

@@ -5,7 +5,7 @@
 // blocks (a per-block slope and a per-tile intercept), the gaps between a CTA's tiles, and how
 // unevenly the persistent CTAs finish. The records share the backward trace's buffer and format
 // (sm90/bwd/trace.hpp, HOPATTN_BWD_TRACE=1 allocates it): kernel 2, and the key-block count in the
-// field the backward leaves unused. Default builds compile none of this.
+// record's `detail`. Default builds compile none of this.
 #pragma once
 
 #include "sm90/bwd/trace.hpp"
@@ -17,12 +17,7 @@ inline constexpr uint32_t kFwdTraceKernel = 2;
 #if defined(__CUDACC__)
 // One thread (consumer warpgroup 0's first), at the end of a tile that began at `start`.
 __device__ __forceinline__ void trace_fwd_tile(const bwd::BwdTrace& t, int key_blocks, uint64_t start) {
-  if (t.records == nullptr) return;
-  uint32_t sm;
-  asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-  const unsigned i = atomicAdd(t.count, 1u);
-  if (i < bwd::kBwdTraceCapacity)
-    t.records[i] = bwd::BwdTraceRecord{kFwdTraceKernel, blockIdx.x, sm, uint32_t(key_blocks), start, bwd::trace_clock()};
+  bwd::trace_cta(t, kFwdTraceKernel, start, uint32_t(key_blocks));
 }
 #endif
 
