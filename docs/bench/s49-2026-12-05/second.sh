@@ -16,7 +16,7 @@ case "$gpu" in
   *)
     export PACK=.gpu-all
     for n in main47 fmb; do xz -T8 -dkf .gpu-exp/ab/libhopattn-$n.so.xz; done
-    for n in main47 fmb all; do
+    for n in ${LIBS:-main47 fmb all}; do
       lib=$PWD/.gpu-exp/ab/libhopattn-$n.so; [ $n = all ] && { xz -T8 -dkf .gpu-all/lib/libhopattn.so.xz; lib=$PWD/.gpu-all/lib/libhopattn.so; }
       LIB=$lib PY_T=120 PY_ARGS="tests/python/test_softcap.py" PY_K="varlen_forward_and_backward_match_each_sequence" \
         bash scripts/gpu-phases.sh py 2>&1 | tail -1 | sed "s/^/$n: /"
