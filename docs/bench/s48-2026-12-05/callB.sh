@@ -8,7 +8,7 @@ gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader); echo "$gpu"
 export PACK=.gpu-rs46
 xz -T8 -dkf .gpu-exp/ab/libhopattn-main47.so.xz
 export LIB=$PWD/.gpu-exp/ab/libhopattn-main47.so
-GRID_T=300 GRID_ARGS="--direction bwd --out-dir $OUT --tag h200 --no-plot" bash scripts/gpu-phases.sh grid 2>&1 | grep -E "^\||rc=" | cut -d'|' -f2-11 | head -40
+GRID_T=300 GRID_ARGS="--direction bwd --out-dir $OUT --tag h200" bash scripts/gpu-phases.sh grid 2>&1 | grep -E "^\||rc=" | cut -d'|' -f2-11 | head -40
 # memcheck and racecheck on gpu-sanitize.sh's default backward set: bf16 d64/d128/d256 at q255 x k127,
 # deterministic (b2) and not (b1), causal and not.
 SAN_T=180 bash scripts/gpu-phases.sh san 2>&1 | grep -E "SUMMARY|PASSED|FAILED|rc=" | head -6

@@ -11,7 +11,7 @@ case "$gpu" in
     export PACK=.gpu-rs46
     xz -T8 -dkf .gpu-exp/ab/libhopattn-main47.so.xz
     export LIB=$PWD/.gpu-exp/ab/libhopattn-main47.so
-    GRID_T=400 GRID_ARGS="--direction bwd --seqlens 2k,4k,8k,16k --out-dir $OUT --tag h200 --no-plot" \
+    GRID_T=400 GRID_ARGS="--direction bwd --seqlens 2k,4k,8k,16k --out-dir $OUT --tag h200" \
       bash scripts/gpu-phases.sh grid 2>&1 | grep -E "^\||rc=" | cut -d'|' -f2-11 | head -30 ;;
   *)
     export PACK=.gpu-all
