@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # For a later device session (prepared in session 49, not yet run): the forward's row sums on the
-# tensor cores (branch ws-tc-rowsum e6edee0, HOPATTN_WS_TC_ROWSUM=1; library tcrs = main's objects
+# tensor cores (branch ws-tc-rowsum d7f9d65, HOPATTN_WS_TC_ROWSUM=1; library tcrs = main's objects
 # with fwd_bf16_hdim64/128 rebuilt with the flag). Key loops 8-9% shorter; the lse comes from the
 # 16-bit P's sum, which a numpy model puts beyond the gtests' lse bar (1e-4) on rows of 2-17 keys.
 # Run callS.sh first: if its HMMA normaliser costs time beside the WGMMAs, this will too.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # For the next device session (prepared in session 49, not yet run): the softcap forward with the
-# fixed max and O's normaliser on the tensor cores (branch softcap-fm-tcsum, 01a6446). It is meant
+# fixed max and O's normaliser on the tensor cores (branch softcap-fm-tcsum, 871cb42). It is meant
 # to fix softcap-fm's one-key rows (pytest [*-window] dq; the new test_gpu_rows_that_see_one_key_*)
 # and keep fm's measured +5-10%.
 # Needs, git-ignored in this checkout:
