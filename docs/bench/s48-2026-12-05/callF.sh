@@ -15,8 +15,9 @@
 #        .gpu-exp/ab/libhopattn-fmb.so.xz, .gpu-exp/ab/libhopattn-f1.so.xz, .gpu-exp/ab/libhopattn-f2.so.xz]
 # ~45 MB with the tree; ~7-8 min. Merge softcap-fm if the gtests, sanitizers and pytest pass and fmb
 # beats main47 at every point in every round (perf-notes: predicted +4-6% at d64/d128).
+# PACK, AB_ONLY and AB_TAG may be set by the caller (s49 callS.sh runs this with another pack).
 nvidia-smi --query-gpu=name --format=csv,noheader
-export PACK=.gpu-fm
+export PACK=${PACK:-.gpu-fm}
 # 1. The softcap, window and local forward and backward gtests on fmb (cap 80 runs the running-max kernels).
 GT_SHARDS=4 GT_T=150 GT_FILTER='*Softcap*:*Window*:*Local*' bash scripts/gpu-phases.sh gt 2>&1 | grep -E "rc=|gtest:|FAIL" | head -8
 # 2. Sanitizers: a fixed-max kernel (bf16 d64, cap 30, q1000) and a running-max one (bf16 d128, cap 80, q127).
@@ -25,6 +26,6 @@ SAN_T=150 SAN_FILTER='Sm90Softcap/ForwardVsReference.*bf16_d64_*q1000*cap30:Sm90
 # 3. Every softcap pytest (the very-negative rows at caps 30-80 among them), two shards.
 PY_SHARDS=2 PY_T=200 PY_K='softcap' bash scripts/gpu-phases.sh py 2>&1 | grep -E "shard|passed|failed|rc=" | head -4
 # 4. The A/B (softcap 30, 3 rounds, alternating processes).
-AB_ONLY='main47 rs fmb f1 f2' AB_OP=attention_softcap AB_ROUNDS=3 AB_POINTS=64:4096:0,64:1024:1,128:4096:1,128:16384:0 \
-  AB_TAG=scf bash scripts/gpu-phases.sh ab 2>&1 | tail -8
+AB_ONLY=${AB_ONLY:-'main47 rs fmb f1 f2'} AB_OP=attention_softcap AB_ROUNDS=3 AB_POINTS=64:4096:0,64:1024:1,128:4096:1,128:16384:0 \
+  AB_TAG=${AB_TAG:-scf} bash scripts/gpu-phases.sh ab 2>&1 | tail -8
 bash scripts/gpu-phases.sh bundle 2>&1 | grep rc=
