@@ -413,3 +413,28 @@ def test_fwd_trace_summary():
     assert fwd_trace.read_csv(text) == tiles
     with pytest.raises(ValueError, match="header"):
         fwd_trace.read_csv("kernel,block,smid,start_ns,end_ns\n")
+
+
+def test_decode_ab_table_compares_best_rounds(tmp_path):
+    import json
+
+    import decode_ab  # bench/decode_ab.py
+
+    def write(lib, rnd, contig_ms, paged_ms):
+        rows = [{"batch": 32, "cache_len": 8192, "hopattn_ms": contig_ms, "hopattn_paged_ms": paged_ms},
+                {"batch": 1, "cache_len": 1024, "hopattn_ms": None, "hopattn_paged_ms": None}]
+        (tmp_path / f"dec-{lib}-r{rnd}.json").write_text(json.dumps({"rows": rows}))
+
+    write("base", 1, 0.400, 0.500)
+    write("base", 2, 0.380, 0.520)
+    write("new", 1, 0.200, None)
+    write("new", 2, 0.190, None)
+    runs = decode_ab.collect(tmp_path)
+    assert runs[(32, 8192, "hopattn")] == {"base": pytest.approx([400.0, 380.0]), "new": pytest.approx([200.0, 190.0])}
+    assert (1, 1024, "hopattn") not in runs  # rows without a time are left out
+    lines = decode_ab.table(runs, "base", "new")
+    assert lines[0].startswith("| batch | cache | cache kind | base µs (rounds) | new µs (rounds) |")
+    contig = next(line for line in lines if "contig" in line)
+    assert contig == "| 32 | 8192 | contig | 400.0 / 380.0 | 200.0 / 190.0 | 2.000 |"  # best 380 / best 190
+    paged = next(line for line in lines if "paged64" in line)
+    assert paged.endswith("| 500.0 / 520.0 | - | - |")  # one library only: no ratio

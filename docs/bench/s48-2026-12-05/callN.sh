@@ -61,22 +61,5 @@ for r in 1 2; do
     echo "decode.py $n round $r rc=$? $(grep -c '^| [0-9]' $O/dec-$n-r$r.log) rows"
   done
 done
-python3 - "$O" <<'PY'
-import json, sys, pathlib
-out = pathlib.Path(sys.argv[1])
-runs = {}
-for f in sorted(out.glob("dec-*-r*.json")):
-    lib = f.stem.split("-")[1]
-    for row in json.loads(f.read_text())["rows"]:
-        for kind in ("hopattn", "hopattn_paged"):
-            if row.get(f"{kind}_ms"):
-                runs.setdefault((row["batch"], row["cache_len"], kind), {}).setdefault(lib, []).append(row[f"{kind}_ms"] * 1e3)
-print("| batch | cache | cache kind | main47 µs (rounds) | dnarrow µs (rounds) | main47 / dnarrow (best of each) |")
-print("|---:|---:|---|---|---|---:|")
-for (b, L, kind), libs in sorted(runs.items()):
-    m, d = libs.get("main47", []), libs.get("dnarrow", [])
-    ratio = f"{min(m) / min(d):.3f}" if m and d else "-"
-    fmt = lambda xs: " / ".join(f"{x:.1f}" for x in xs) or "-"
-    print(f"| {b} | {L} | {'paged64' if kind.endswith('paged') else 'contig'} | {fmt(m)} | {fmt(d)} | {ratio} |")
-PY
+python3 bench/decode_ab.py "$O" main47 dnarrow  # the table: best of each library's rounds
 bash scripts/gpu-phases.sh bundle 2>&1 | grep rc=

@@ -30,21 +30,6 @@ for r in 1 2; do
     echo "decode.py $n round $r rc=$?"
   done
 done
-python3 - "$O" <<'PY'
-import json, sys, pathlib
-out = pathlib.Path(sys.argv[1]); runs = {}
-for f in sorted(out.glob("dec-*-r*.json")):
-    lib = f.stem.split("-")[1]
-    for row in json.loads(f.read_text())["rows"]:
-        for kind in ("hopattn", "hopattn_paged"):
-            if row.get(f"{kind}_ms"):
-                runs.setdefault((row["batch"], row["cache_len"], kind), {}).setdefault(lib, []).append(row[f"{kind}_ms"] * 1e3)
-print("| batch | cache | kind | main47 µs | all µs | main47/all (best) |")
-for (b, L, kind), libs in sorted(runs.items()):
-    m, d = libs.get("main47", []), libs.get("all", [])
-    r = f"{min(m) / min(d):.3f}" if m and d else "-"
-    f = lambda xs: "/".join(f"{x:.1f}" for x in xs) or "-"
-    print(f"| {b} | {L} | {'paged' if kind.endswith('paged') else 'contig'} | {f(m)} | {f(d)} | {r} |")
-PY
+python3 bench/decode_ab.py "$O" main47 all  # the table: best of each library's rounds
 PY_SHARDS=4 PY_T=200 bash scripts/gpu-phases.sh py 2>&1 | grep -E "shard|rc=" | head -5
 bash scripts/gpu-phases.sh bundle 2>&1 | grep rc=
