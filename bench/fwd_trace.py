@@ -12,6 +12,8 @@ Per point, one traced call after warm-up, then:
   tile costs besides its blocks (the first S GEMM with nothing to overlap, the last P V, the
   epilogue; with causal tiles also the diagonal blocks' masking, as every causal tile has a few);
 - gaps: between one tile's end and the same SM's next tile start (the scheduler, the next Q wait);
+- start (libraries built from fwd-trace-split on): a tile's start split into its setup after the
+  scheduler answers, the wait for Q and the first K, and the first S GEMM with its turn;
 - balance: the SMs' busy share of the span, and the spread of their last tile ends (a static
   order whose CTAs finish apart leaves the early ones idle).
 Times in microseconds (%globaltimer: ns; its update granularity on some drivers is 1 us, which the
@@ -25,12 +27,36 @@ import statistics
 import bwd_trace  # bench/bwd_trace.py: the record, the buffer read
 
 FWD_KERNEL = 2  # kFwdTraceKernel: records of forward tiles; `detail` holds the tile's key blocks
+# kFwdTraceStartKernel: a tile's start, from the scheduler's answer (start) to its first S GEMM's
+# completion (end; 0 where the kernel does not stamp it), with the setup before mma_tile in `detail`
+# and the wait for Q and the first K after that in `block` (ns).
+FWD_START_KERNEL = 3
 CSV_HEADER = "smid,key_blocks,start_ns,end_ns"
 
 
 def tiles_of(records):
     """(smid, key_blocks, start_ns, end_ns) of the forward tiles among trace records."""
     return [(r.smid, r.detail, r.start, r.end) for r in records if r.kernel == FWD_KERNEL]
+
+
+def starts_of(records):
+    """(setup_ns, load_wait_ns, to_first_s_ns) of each forward tile's start record that has its
+    first-S stamp: the tile's bounds, mask and softmax setup; Q and its first K arriving; the first
+    S GEMM (its ping-pong turn included)."""
+    return [(r.detail, r.block, r.end - r.start - r.detail - r.block)
+            for r in records if r.kernel == FWD_START_KERNEL and r.end > 0]
+
+
+def start_line(starts):
+    """The start records' medians (and 90th percentiles) in us, or None without any."""
+    if not starts:
+        return None
+    def q(i):
+        xs = sorted(t[i] / 1e3 for t in starts)
+        return xs[len(xs) // 2], xs[min(len(xs) - 1, (9 * len(xs)) // 10)]
+    (s50, s90), (l50, l90), (f50, f90) = q(0), q(1), q(2)
+    return (f"start median (p90): setup {s50:.2f} ({s90:.2f}) us, then Q and first K {l50:.2f} ({l90:.2f}) us, "
+            f"then the first S {f50:.2f} ({f90:.2f}) us")
 
 
 def tiles_csv(tiles):
@@ -80,7 +106,7 @@ def balance(tiles):
     return span, share, gap, (max(ends) - min(ends)) / 1e3, len(per_sm)
 
 
-def summarize(tiles):
+def summarize(tiles, starts=None):
     if not tiles:
         return ["no forward-tile records (a library built with -DHOPATTN_FWD_TRACE=1, and HOPATTN_BWD_TRACE=1?)"]
     span, share, gap, end_spread, sms = balance(tiles)
@@ -97,6 +123,9 @@ def summarize(tiles):
     if gap:
         line += f"; gap before an SM's next tile median {gap[0]:.2f} us (max {gap[1]:.2f})"
     lines.append(line)
+    start = start_line(starts)
+    if start:
+        lines.append(start)
     return lines
 
 
@@ -131,13 +160,14 @@ def main(argv=None):
             call()
         bwd_trace.read_trace(lib)  # drop the warm-up's records
         call()
-        tiles = tiles_of(bwd_trace.read_trace(lib))
+        records = bwd_trace.read_trace(lib)
+        tiles = tiles_of(records)
         print(f"== {args.op} d{d} s{s} {'causal' if c else 'non-causal'}")
         if args.dump:
             os.makedirs(args.dump, exist_ok=True)
             with open(os.path.join(args.dump, f"fwd-trace-{args.op}-d{d}-s{s}-c{c}.csv"), "w") as f:
                 f.write(tiles_csv(tiles))
-        for line in summarize(tiles):
+        for line in summarize(tiles, starts_of(records)):
             print("  " + line)
 
 

@@ -415,6 +415,27 @@ def test_fwd_trace_summary():
         fwd_trace.read_csv("kernel,block,smid,start_ns,end_ns\n")
 
 
+def test_fwd_trace_start_split():
+    import bwd_trace
+    import fwd_trace
+
+    def start(setup_ns, load_ns, total_ns, kernel=fwd_trace.FWD_START_KERNEL, top=1000):
+        return bwd_trace.Record(kernel, load_ns, 0, setup_ns, top, top + total_ns if total_ns else 0)
+
+    # Three stamped starts (setup, Q/K wait, first S: 100/400/500, 300/200/700, 200/600/600 ns), one
+    # without its first-S stamp (end 0) and a tile record: only the three count.
+    records = [start(100, 400, 1000), start(300, 200, 1200), start(200, 600, 1400), start(50, 50, 0),
+               bwd_trace.Record(fwd_trace.FWD_KERNEL, 0, 0, 4, 0, 4000)]
+    starts = fwd_trace.starts_of(records)
+    assert starts == [(100, 400, 500), (300, 200, 700), (200, 600, 600)]
+    assert fwd_trace.start_line(starts) == (
+        "start median (p90): setup 0.20 (0.30) us, then Q and first K 0.40 (0.60) us, then the first S 0.60 (0.70) us")
+    assert fwd_trace.start_line([]) is None
+    tiles = fwd_trace.tiles_of(records)
+    assert fwd_trace.summarize(tiles, starts)[-1].startswith("start median")
+    assert len(fwd_trace.summarize(tiles)) == 3  # no start line without start records
+
+
 def test_decode_ab_table_compares_best_rounds(tmp_path):
     import json
 

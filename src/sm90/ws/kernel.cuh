@@ -206,6 +206,10 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
     }
     int k = 0;
     for (int idx = sched.first(); sched.valid(idx); idx = sched.template next<false>(k, &ss.tile_slot), ++k) {
+#if HOPATTN_FWD_TRACE
+      const uint64_t trace_top = thread_idx == 0 ? bwd::trace_clock() : 0;  // the scheduler has answered
+      uint64_t trace_marks[2] = {0, 0};
+#endif
       WorkTile t = sched.tile(idx);
       if constexpr (Cfg::kVarlen) t = WorkTile{warp_uniform(t.m_block), warp_uniform(t.head), warp_uniform(t.batch)};
       if (t.m_block < 0) continue;  // the empty half of a folded unit (tile_scheduler.hpp)
@@ -232,7 +236,11 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
 #endif
       Tensor tOrO = partition_fragment_C(mma_pv, Shape<Int<Cfg::kBlockM>, Int<Cfg::kHeadDim>>{});
       typename Mainloop::Softmax softmax = Mainloop::make_softmax(mp, t.m_block, t.head, t.batch, wg);
-      Mainloop::mma_tile(mp, ss, pipe_k, pipe_v, st, q_phase, thread_idx, mask, t.m_block, kb, tOrO, softmax);
+      Mainloop::mma_tile(mp, ss, pipe_k, pipe_v, st, q_phase, thread_idx, mask, t.m_block, kb, tOrO, softmax
+#if HOPATTN_FWD_TRACE
+                         , trace_marks
+#endif
+      );
       q_phase ^= 1u;
       // Q is released once per tile with keys. With a separate O buffer as soon as no GEMM reads Q
       // any more: after the last S GEMM inside mma_tile (kEarlyQ), else here, before the epilogue.
@@ -257,7 +265,7 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
       }
       if (store_o) K::Epilogue::store(params.epilogue, ss, thread_idx, t.m_block, t.head, si, tOrO, lse);
 #if HOPATTN_FWD_TRACE
-      if (thread_idx == 0) trace_fwd_tile(params.trace, kb.end - kb.begin, trace_start);
+      if (thread_idx == 0) trace_fwd_tile(params.trace, kb.end - kb.begin, trace_top, trace_start, trace_marks);
 #endif
       if constexpr (Cfg::kOInV) {
         // Every tile with keys arrives once, stored or not, as the producer counts. Only the

@@ -19,6 +19,9 @@
 #include "sm90/ws/softmax.cuh"
 #include "sm90/ws/tile_scheduler.hpp"
 #include "sm90/ws/warp_uniform.cuh"
+#if defined(HOPATTN_FWD_TRACE) && HOPATTN_FWD_TRACE
+#include "sm90/ws/trace.cuh"  // mma_tile's stamps (trace builds only)
+#endif
 
 namespace hopattn::sm90::ws {
 
@@ -560,9 +563,15 @@ struct FwdMainloop {
   // read of Q, so the producer's next Q load overlaps the last softmax, the last P V and the
   // epilogue.
   template <class FragO>
+  // Traced builds (HOPATTN_FWD_TRACE=1, ws/trace.cuh) also take `marks`: thread 0 stamps there when
+  // Q and the first K are in shared memory and when the tile's first S GEMM has completed.
   __device__ static void mma_tile(const Params& p, SharedStorage& ss, Pipeline& pipe_k, Pipeline& pipe_v,
                                   PipelineState& st, uint32_t q_phase, int thread_idx, const Mask& mask,
-                                  int m_block, KeyBlocks kb, FragO& tOrO, Softmax& softmax) {
+                                  int m_block, KeyBlocks kb, FragO& tOrO, Softmax& softmax
+#if defined(HOPATTN_FWD_TRACE) && HOPATTN_FWD_TRACE
+                                  , uint64_t (&marks)[2]
+#endif
+  ) {
     using namespace cute;
     const int n_end = kb.end, n_begin = kb.begin;
     TiledMmaQK mma_qk;
@@ -649,10 +658,16 @@ struct FwdMainloop {
       int n = n_end - 1;
       load_block_scale(n);
       pipe_k.consumer_wait(st);
+#if defined(HOPATTN_FWD_TRACE) && HOPATTN_FWD_TRACE
+      if (thread_idx == 0) marks[0] = bwd::trace_clock();  // Q and the first K are in
+#endif
       turn.wait();
       wgmma_issue<true>(mma_qk, tSrQ, tSrK(_, _, _, st.index()), tSrS);
       turn.pass();
       warpgroup_wait<0>();
+#if defined(HOPATTN_FWD_TRACE) && HOPATTN_FWD_TRACE
+      if (thread_idx == 0) marks[1] = bwd::trace_clock();  // the first S is done (its turn included)
+#endif
       pipe_k.consumer_release(st);
       q_read_done(n);
       {

@@ -5,7 +5,8 @@
 // blocks (a per-block slope and a per-tile intercept), the gaps between a CTA's tiles, and how
 // unevenly the persistent CTAs finish. The records share the backward trace's buffer and format
 // (sm90/bwd/trace.hpp, HOPATTN_BWD_TRACE=1 allocates it): kernel 2, and the key-block count in the
-// record's `detail`. Default builds compile none of this.
+// record's `detail`; kernel 3 splits the tile's start (kFwdTraceStartKernel). Default builds
+// compile none of this.
 #pragma once
 
 #include "sm90/bwd/trace.hpp"
@@ -13,11 +14,28 @@
 namespace hopattn::sm90::ws {
 
 inline constexpr uint32_t kFwdTraceKernel = 2;
+// A second record per tile, for its start: from the scheduler's answer (`top`) to the first S
+// GEMM's completion, with the setup before mma_tile (the tile's bounds, mask, softmax) in `detail`
+// and the wait for Q and the first K after it in `block`, both in ns.
+inline constexpr uint32_t kFwdTraceStartKernel = 3;
 
 #if defined(__CUDACC__)
-// One thread (consumer warpgroup 0's first), at the end of a tile that began at `start`.
-__device__ __forceinline__ void trace_fwd_tile(const bwd::BwdTrace& t, int key_blocks, uint64_t start) {
-  bwd::trace_cta(t, kFwdTraceKernel, start, uint32_t(key_blocks));
+// One thread (consumer warpgroup 0's first), at the end of a tile: `top` when the scheduler
+// answered, `start` when mma_tile began, `marks` Q and the first K in and the first S done
+// (mma_tile's stamps; 0 on paths that do not stamp). One atomic for both records, as one costs
+// a few hundred ns.
+__device__ __forceinline__ void trace_fwd_tile(const bwd::BwdTrace& t, int key_blocks, uint64_t top, uint64_t start,
+                                               const uint64_t (&marks)[2]) {
+  if (t.records == nullptr) return;
+  uint32_t sm;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+  const unsigned i = atomicAdd(t.count, 2u);
+  const uint64_t end = bwd::trace_clock();
+  if (i + 1 < bwd::kBwdTraceCapacity) {
+    t.records[i] = bwd::BwdTraceRecord{kFwdTraceKernel, blockIdx.x, sm, uint32_t(key_blocks), start, end};
+    const uint32_t load_wait = marks[0] ? uint32_t(marks[0] - start) : 0u;
+    t.records[i + 1] = bwd::BwdTraceRecord{kFwdTraceStartKernel, load_wait, sm, uint32_t(start - top), top, marks[1]};
+  }
 }
 #endif
 
