@@ -12,7 +12,7 @@ Per point, one traced call after warm-up, then:
   tile costs besides its blocks (the first S GEMM with nothing to overlap, the last P V, the
   epilogue; with causal tiles also the diagonal blocks' masking, as every causal tile has a few);
 - gaps: between one tile's end and the same SM's next tile start (the scheduler, the next Q wait);
-- start (libraries built from fwd-trace-split on): a tile's start split into its setup after the
+- start (trace libraries built from 82e43a3 on): a tile's start split into its setup after the
   scheduler answers, the wait for Q and the first K, and the first S GEMM with its turn;
 - balance: the SMs' busy share of the span, and the spread of their last tile ends (a static
   order whose CTAs finish apart leaves the early ones idle).

@@ -562,9 +562,9 @@ struct FwdMainloop {
   // Cfg::kEarlyQ: arrive on QueryEmpty as soon as the tile's last S GEMM has completed, the last
   // read of Q, so the producer's next Q load overlaps the last softmax, the last P V and the
   // epilogue.
-  template <class FragO>
   // Traced builds (HOPATTN_FWD_TRACE=1, ws/trace.cuh) also take `marks`: thread 0 stamps there when
   // Q and the first K are in shared memory and when the tile's first S GEMM has completed.
+  template <class FragO>
   __device__ static void mma_tile(const Params& p, SharedStorage& ss, Pipeline& pipe_k, Pipeline& pipe_v,
                                   PipelineState& st, uint32_t q_phase, int thread_idx, const Mask& mask,
                                   int m_block, KeyBlocks kb, FragO& tOrO, Softmax& softmax
