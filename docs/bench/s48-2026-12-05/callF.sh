@@ -26,6 +26,6 @@ SAN_T=150 SAN_FILTER='Sm90Softcap/ForwardVsReference.*bf16_d64_*q1000*cap30:Sm90
 # 3. Every softcap pytest (the very-negative rows at caps 30-80 among them), two shards.
 PY_SHARDS=2 PY_T=200 PY_K='softcap' bash scripts/gpu-phases.sh py 2>&1 | grep -E "shard|passed|failed|rc=" | head -4
 # 4. The A/B (softcap 30, 3 rounds, alternating processes).
-AB_ONLY=${AB_ONLY:-'main47 rs fmb f1 f2'} AB_OP=attention_softcap AB_ROUNDS=3 AB_POINTS=64:4096:0,64:1024:1,128:4096:1,128:16384:0 \
+AB_ONLY=${AB_ONLY:-'main47 rs fmb f1 f2'} AB_OP=attention_softcap AB_ROUNDS=3 AB_POINTS=${AB_POINTS:-64:4096:0,64:1024:1,128:4096:1,128:16384:0} \
   AB_TAG=${AB_TAG:-scf} bash scripts/gpu-phases.sh ab 2>&1 | tail -8
 bash scripts/gpu-phases.sh bundle 2>&1 | grep rc=

@@ -11,16 +11,8 @@
 #    kernel, pytest -k softcap (includes out == v bitwise on one-key rows).
 # 2. A/B main47 / fmb / fmt2 / wgs, softcap 30, 3 rounds, at six points.
 # carry [.gpu-m50, .gpu-exp/ab/libhopattn-{main47,fmb,fmt2,wgs}.so.xz]; ~6 min.
-nvidia-smi --query-gpu=name --format=csv,noheader
-export PACK=${PACK:-.gpu-m50}
+# The phases are s48 callF.sh's (as s49 callS.sh runs them), on this pack, with wgs as the library
+# under test and six A/B points.
 xz -T8 -dkf .gpu-exp/ab/libhopattn-wgs.so.xz
-export LIB=$PWD/.gpu-exp/ab/libhopattn-wgs.so
-GT_SHARDS=4 GT_T=150 GT_FILTER='*Softcap*:*Window*:*Local*' bash scripts/gpu-phases.sh gt 2>&1 | grep -E "rc=|gtest:|FAIL" | head -8
-SAN_T=150 SAN_FILTER='Sm90Softcap/ForwardVsReference.*bf16_d64_*q1000*cap30:Sm90Softcap/ForwardVsReference.*bf16_d128_*q127*cap80' \
-  bash scripts/gpu-phases.sh san 2>&1 | grep -E "SUMMARY|PASSED|rc=" | head -4
-PY_SHARDS=2 PY_T=200 PY_K='softcap' bash scripts/gpu-phases.sh py 2>&1 | grep -E "shard|passed|failed|rc=" | head -4
-unset LIB
-AB_ONLY='main47 fmb fmt2 wgs' AB_OP=attention_softcap AB_ROUNDS=3 AB_TAG=wgs \
-  AB_POINTS=64:4096:0,64:1024:1,64:16384:0,128:1024:0,128:4096:1,128:16384:0 \
-  bash scripts/gpu-phases.sh ab 2>&1 | tail -9
-bash scripts/gpu-phases.sh bundle 2>&1 | grep rc=
+PACK=${PACK:-.gpu-m50} LIB=$PWD/.gpu-exp/ab/libhopattn-wgs.so AB_ONLY='main47 fmb fmt2 wgs' AB_TAG=wgs \
+  AB_POINTS=64:4096:0,64:1024:1,64:16384:0,128:1024:0,128:4096:1,128:16384:0 bash docs/bench/s48-2026-12-05/callF.sh
