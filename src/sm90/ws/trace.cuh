@@ -23,7 +23,9 @@ inline constexpr uint32_t kFwdTraceStartKernel = 3;
 // One thread (consumer warpgroup 0's first), at the end of a tile: `top` when the scheduler
 // answered, `start` when mma_tile began, `marks` Q and the first K in and the first S done
 // (mma_tile's stamps; 0 on paths that do not stamp). One atomic for both records, as one costs
-// a few hundred ns.
+// a few hundred ns. It repeats bwd::trace_cta's few lines rather than sharing a slot helper with
+// it: trace_cta is compiled into every shipped backward kernel, and routing it through such a
+// helper changed their SASS (session 50, bwd_bf16_hdim64: 5 of 6 functions).
 __device__ __forceinline__ void trace_fwd_tile(const bwd::BwdTrace& t, int key_blocks, uint64_t top, uint64_t start,
                                                const uint64_t (&marks)[2]) {
   if (t.records == nullptr) return;
