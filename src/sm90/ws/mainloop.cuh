@@ -366,6 +366,10 @@ struct FwdMainloop {
              sq, sk, hq, hk, b, int(pr.group()), pr.scale, pr.scale * 1.4426950408889634f, {},
              rows_q, rows_k, bext, rows_v, kv_ext, pr.cu_seqlens_q, pr.cu_seqlens_k, pr.seqused_q, pr.seqused_k,
              w.left, w.right, Softcap::make(pr.softcap, pr.scale), nullptr, 0, 0, row_shift(sq)};
+    if constexpr (Cfg::kSoftcapRecipScore) {  // the softmax runs on -r: scale 2 softcap (Softcap::neg_recip)
+      p.scale = 2.f * pr.softcap;
+      p.scale_log2 = p.scale * 1.4426950408889634f;
+    }
     if (paged) {
       p.page_table = pr.page_table;
       p.page_table_stride = pr.page_table_stride;
@@ -609,9 +613,14 @@ struct FwdMainloop {
       if constexpr (Cfg::kSoftcap) {
         CUTE_UNROLL
         for (int i = 0; i < size(tSrS); ++i) {  // i is a constant here: each score's form is fixed
-          if (i % 5 < Cfg::kSoftcapRcpOnFmaOf5) tSrS(i) = p.softcap.on_fma(tSrS(i));
-          else if constexpr (Cfg::kSoftcapOneFfma) tSrS(i) = p.softcap.one_ffma(tSrS(i));
-          else tSrS(i) = p.softcap(tSrS(i));
+          if constexpr (Cfg::kSoftcapRecipScore) {
+            if (i % 5 < Cfg::kSoftcapRcpOnFmaOf5) tSrS(i) = p.softcap.neg_recip_on_fma(tSrS(i));
+            else tSrS(i) = p.softcap.neg_recip(tSrS(i));
+          } else {
+            if (i % 5 < Cfg::kSoftcapRcpOnFmaOf5) tSrS(i) = p.softcap.on_fma(tSrS(i));
+            else if constexpr (Cfg::kSoftcapOneFfma) tSrS(i) = p.softcap.one_ffma(tSrS(i));
+            else tSrS(i) = p.softcap(tSrS(i));
+          }
         }
       }
       if (mask.block_needs_mask(m_block, n_block)) mask.apply(s_rc, c_rc, m_block, n_block);

@@ -50,6 +50,18 @@ struct Softcap {
   }
   // out * tanh(y) = out - 2 out r from r = 1 / (1 + e^(2y)): one FFMA.
   __device__ __forceinline__ float from_reciprocal(float r) const { return fmaf(r, -2.f * out, out); }
+  // The forward's score form (kSoftcapRecipScore): -1 / (1 + e) instead of out * tanh. The capped
+  // score is softcap * tanh(y) = softcap - 2 softcap r with r = 1 / (1 + e^(2y)), an increasing
+  // affine function of -r, so the softmax can run on -r with scale 2 softcap (and lse gets + softcap
+  // back in finalize): the cap's last FFMA per score disappears into the softmax's own.
+  __device__ __forceinline__ float neg_recip(float x) const {
+    return -__fdividef(1.f, 1.f + fast_exp2(x * in2));
+  }
+  __device__ __forceinline__ float neg_recip_on_fma(float x) const {  // on_fma's reciprocal, negated
+    float z;
+    asm("min.NaN.f32 %0, %1, 0f42800000;" : "=f"(z) : "f"(x * in2));
+    return -reciprocal_on_fma(1.f + fast_exp2(z));
+  }
   // The parameters for a softcap and softmax scale; {0, 0} (unused) when softcap is 0.
   static Softcap make(float softcap, float scale) {
     if (!(softcap > 0.f)) return {0.f, 0.f};

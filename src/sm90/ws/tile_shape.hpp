@@ -78,6 +78,9 @@ struct WsSchedule {
 #endif
 static_assert(HOPATTN_SOFTCAP_RCP_ON_FMA_OF5 >= 0 && HOPATTN_SOFTCAP_RCP_ON_FMA_OF5 <= 5,
               "HOPATTN_SOFTCAP_RCP_ON_FMA_OF5 counts scores out of every 5: 0 to 5");
+#ifndef HOPATTN_SOFTCAP_RECIP_SCORE  // likewise: kSoftcapRecipScore's candidate (session 47, not measured)
+#define HOPATTN_SOFTCAP_RECIP_SCORE 0
+#endif
 template <DType kDType, int kHeadDim_, bool kCausal, unsigned kFlags = kStageE, int kBlockNOverride = 0,
           bool kVarlen_ = false, bool kLocal_ = false, bool kSoftcap_ = false>
 struct FwdWsConfig : WsSchedule<kFlags> {
@@ -124,6 +127,9 @@ struct FwdWsConfig : WsSchedule<kFlags> {
   // operator(): one_ffma read 1.2% slower there.
   static constexpr int kSoftcapRcpOnFmaOf5 = kHeadDim_ <= 128 ? HOPATTN_SOFTCAP_RCP_ON_FMA_OF5 : 0;
   static constexpr bool kSoftcapOneFfma = kHeadDim_ <= 128;
+  // The softmax on -1 / (1 + e^(2y)) with scale 2 softcap and lse + softcap (Softcap::neg_recip):
+  // one FFMA per score fewer than one_ffma. HOPATTN_SOFTCAP_RECIP_SCORE=1 builds it (not measured).
+  static constexpr bool kSoftcapRecipScore = kSoftcap_ && kHeadDim_ <= 128 && HOPATTN_SOFTCAP_RECIP_SCORE;
 
   // Separate O buffer only where Q + 2 stages of K and V + O fit in 227 KB (minus ~1 KB for the
   // barriers): d64 and d128 causal do; d128 at N=176 and d256 do not, and reuse Q's buffer for O.
@@ -208,6 +214,7 @@ struct Fp8FwdConfig : WsSchedule<kFlags> {
   static constexpr bool kVarlen = kVarlen_;
   static constexpr bool kLocal = false;
   static constexpr bool kSoftcap = false;
+  static constexpr bool kSoftcapRecipScore = false;
   static constexpr int kElementBytes = 1;
   // O is 16-bit and Q 8-bit: O never fits Q's buffer, so it always has its own.
   static constexpr bool kSeparateO = true;
