@@ -55,12 +55,12 @@ struct Softcap {
   // affine function of -r, so the softmax can run on -r with scale 2 softcap (and lse gets + softcap
   // back in finalize): the cap's last FFMA per score disappears into the softmax's own.
   __device__ __forceinline__ float neg_recip(float x) const {
-    return -__fdividef(1.f, 1.f + fast_exp2(x * in2));
+    return __fdividef(1.f, -1.f - fast_exp2(x * in2));  // the sign in the FADD: no negation after the rcp
   }
   __device__ __forceinline__ float neg_recip_on_fma(float x) const {  // on_fma's reciprocal, negated
     float z;
     asm("min.NaN.f32 %0, %1, 0f42800000;" : "=f"(z) : "f"(x * in2));
-    return -reciprocal_on_fma(1.f + fast_exp2(z));
+    return reciprocal_on_fma<true>(1.f + fast_exp2(z));  // negated in the last FFMA's operands
   }
   // The parameters for a softcap and softmax scale; {0, 0} (unused) when softcap is 0.
   static Softcap make(float softcap, float scale) {
