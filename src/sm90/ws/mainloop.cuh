@@ -369,6 +369,9 @@ struct FwdMainloop {
     if constexpr (Cfg::kSoftcapRecipScore) {  // the softmax runs on -r: scale 2 softcap (Softcap::neg_recip)
       p.scale = 2.f * pr.softcap;
       p.scale_log2 = p.scale * 1.4426950408889634f;
+      // A measuring build: the launch-time choice of the running-max kernel above the limit is
+      // not built yet, so a larger cap gives NaN (loud) rather than a quietly underflowed softmax.
+      if (Cfg::kSoftcapFixedMax && !(p.scale_log2 <= 126.f + kFixedMaxBias)) p.scale_log2 = NAN;
     }
     if (paged) {
       p.page_table = pr.page_table;
@@ -482,7 +485,8 @@ struct FwdMainloop {
 
   using Mask = FwdMask<kBlockM, kBlockN, Cfg::kCausalMask, Cfg::kLocal, kTailShift>;
   static constexpr int kRowsPerThread = 2;  // rows of a 64-row WGMMA accumulator held per thread
-  using Softmax = std::conditional_t<kFp8, BlockScaledSoftmax<kRowsPerThread>, OnlineSoftmax<kRowsPerThread>>;
+  using Softmax = std::conditional_t<kFp8, BlockScaledSoftmax<kRowsPerThread>,
+                                     OnlineSoftmax<kRowsPerThread, Cfg::kSoftcapFixedMax>>;
 
   __device__ static Mask make_mask(const Params& p, const SeqInfo& si) {
     return Mask{si.seqlen_q, si.seqlen_k, p.window_left, p.window_right, si.tail_block};

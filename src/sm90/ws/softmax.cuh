@@ -121,7 +121,13 @@ __device__ __forceinline__ float exp2_row_and_sum(Scores& s_rc, int r, float mul
 }
 
 // kRows: accumulator rows held by one thread (2 per 64-row warpgroup tile).
-template <int kRows>
+// kFixedMax (the bf16 softcap kernels with kSoftcapRecipScore, softcap <= 54.7):
+// the scores are bounded above (-r <= 0), so p = exp2(s * scale_log2 + kFixedMaxBias) needs no
+// running max: p lies in [2^(bias - scale_log2), 2^bias], normal in fp32 and bf16 while scale_log2 <=
+// 126 + bias, and the sums stay far below fp32's limit (keys * 2^bias * max|v|). row_max holds the
+// constant -bias / scale_log2 that makes finalize's lse right.
+inline constexpr float kFixedMaxBias = 32.f;
+template <int kRows, bool kFixedMax = false>
 struct OnlineSoftmax {
   float row_max[kRows];  // running max of raw (unscaled) scores; -inf until a key is seen
   float row_sum[kRows];  // this thread's partial sum of p, relative to row_max
@@ -130,7 +136,7 @@ struct OnlineSoftmax {
   __device__ explicit OnlineSoftmax(float scale_log2_) : scale_log2(scale_log2_) {
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
-      row_max[r] = -INFINITY;
+      row_max[r] = kFixedMax ? -kFixedMaxBias / scale_log2_ : -INFINITY;
       row_sum[r] = 0.f;
     }
   }
@@ -143,6 +149,14 @@ struct OnlineSoftmax {
   __device__ __forceinline__ void update(Scores& s_rc, float (&factor)[kRows]) {
     using namespace cute;
     static_assert(decltype(size<0>(s_rc))::value == kRows);
+    if constexpr (kFixedMax) {
+      CUTE_UNROLL
+      for (int r = 0; r < kRows; ++r) {
+        factor[r] = 1.f;
+        row_sum[r] += exp2_row_and_sum(s_rc, r, scale_log2, -kFixedMaxBias);
+      }
+      return;
+    }
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
       const float m = quad_max(thread_row_max(s_rc, r, row_max[r]));
@@ -159,7 +173,7 @@ struct OnlineSoftmax {
   // the first few key blocks is the common case.
   template <class Acc>
   __device__ __forceinline__ void rescale(Acc& o_rc, const float (&factor)[kRows]) const {
-    rescale_rows(o_rc, factor);
+    if constexpr (!kFixedMax) rescale_rows(o_rc, factor);  // kFixedMax: the factor is always 1
   }
   template <class Acc>
   __device__ __forceinline__ static void rescale_rows(Acc& o_rc, const float (&factor)[kRows]) {

@@ -78,6 +78,9 @@ struct WsSchedule {
 #endif
 static_assert(HOPATTN_SOFTCAP_RCP_ON_FMA_OF5 >= 0 && HOPATTN_SOFTCAP_RCP_ON_FMA_OF5 <= 5,
               "HOPATTN_SOFTCAP_RCP_ON_FMA_OF5 counts scores out of every 5: 0 to 5");
+#ifndef HOPATTN_SOFTCAP_FIXED_MAX  // likewise: with it, kSoftcapFixedMax (session 47, not measured)
+#define HOPATTN_SOFTCAP_FIXED_MAX 0
+#endif
 #ifndef HOPATTN_SOFTCAP_RECIP_SCORE  // likewise: kSoftcapRecipScore's candidate (session 47, not measured)
 #define HOPATTN_SOFTCAP_RECIP_SCORE 0
 #endif
@@ -130,6 +133,8 @@ struct FwdWsConfig : WsSchedule<kFlags> {
   // The softmax on -1 / (1 + e^(2y)) with scale 2 softcap and lse + softcap (Softcap::neg_recip):
   // one FFMA per score fewer than one_ffma. HOPATTN_SOFTCAP_RECIP_SCORE=1 builds it (not measured).
   static constexpr bool kSoftcapRecipScore = kSoftcap_ && kHeadDim_ <= 128 && HOPATTN_SOFTCAP_RECIP_SCORE;
+  // No running max (OnlineSoftmax's kFixedMax): bf16 only, whose P shares fp32's exponent range.
+  static constexpr bool kSoftcapFixedMax = kSoftcapRecipScore && kDType == DType::kBF16 && HOPATTN_SOFTCAP_FIXED_MAX;
 
   // Separate O buffer only where Q + 2 stages of K and V + O fit in 227 KB (minus ~1 KB for the
   // barriers): d64 and d128 causal do; d128 at N=176 and d256 do not, and reuse Q's buffer for O.
@@ -215,6 +220,7 @@ struct Fp8FwdConfig : WsSchedule<kFlags> {
   static constexpr bool kLocal = false;
   static constexpr bool kSoftcap = false;
   static constexpr bool kSoftcapRecipScore = false;
+  static constexpr bool kSoftcapFixedMax = false;
   static constexpr int kElementBytes = 1;
   // O is 16-bit and Q 8-bit: O never fits Q's buffer, so it always has its own.
   static constexpr bool kSeparateO = true;
