@@ -368,10 +368,10 @@ struct FwdMainloop {
              w.left, w.right, Softcap::make(pr.softcap, pr.scale), nullptr, 0, 0, row_shift(sq)};
     if constexpr (Cfg::kSoftcapRecipScore) {  // the softmax runs on -r: scale 2 softcap (Softcap::neg_recip)
       p.scale = 2.f * pr.softcap;
-      p.scale_log2 = p.scale * 1.4426950408889634f;
-      // A measuring build: the launch-time choice of the running-max kernel above the limit is
-      // not built yet, so a larger cap gives NaN (loud) rather than a quietly underflowed softmax.
-      if (Cfg::kSoftcapFixedMax && !(p.scale_log2 <= 126.f + kFixedMaxBias)) p.scale_log2 = NAN;
+      p.scale_log2 = recip_score_scale_log2(pr.softcap);
+      // run_fwd_softcap launches the fixed-max kernels only for caps that fit; should another
+      // caller not, NaN (loud) rather than rows flushed to zero.
+      if (Cfg::kSoftcapFixedMax && !softcap_fixed_max_fits(pr.softcap)) p.scale_log2 = NAN;
     }
     if (paged) {
       p.page_table = pr.page_table;

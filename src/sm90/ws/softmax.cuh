@@ -8,6 +8,7 @@
 #include <cmath>
 #include <utility>
 
+#include "sm90/ws/fixed_max.hpp"
 #include "sm90/ws/reciprocal.hpp"
 
 namespace hopattn::sm90::ws {
@@ -121,12 +122,9 @@ __device__ __forceinline__ float exp2_row_and_sum(Scores& s_rc, int r, float mul
 }
 
 // kRows: accumulator rows held by one thread (2 per 64-row warpgroup tile).
-// kFixedMax (the bf16 softcap kernels with kSoftcapRecipScore, softcap <= 54.7):
-// the scores are bounded above (-r <= 0), so p = exp2(s * scale_log2 + kFixedMaxBias) needs no
-// running max: p lies in [2^(bias - scale_log2), 2^bias], normal in fp32 and bf16 while scale_log2 <=
-// 126 + bias, and the sums stay far below fp32's limit (keys * 2^bias * max|v|). row_max holds the
-// constant -bias / scale_log2 that makes finalize's lse right.
-inline constexpr float kFixedMaxBias = 32.f;
+// kFixedMax (FwdWsConfig::kSoftcapFixedMax, ws/fixed_max.hpp): the scores are bounded above by 0,
+// so p = exp2(s * scale_log2 + bias) needs no running max; row_max holds the constant
+// -bias / scale_log2 that makes finalize's lse right, and O is never rescaled.
 template <int kRows, bool kFixedMax = false>
 struct OnlineSoftmax {
   float row_max[kRows];  // running max of raw (unscaled) scores; -inf until a key is seen
@@ -136,7 +134,7 @@ struct OnlineSoftmax {
   __device__ explicit OnlineSoftmax(float scale_log2_) : scale_log2(scale_log2_) {
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
-      row_max[r] = kFixedMax ? -kFixedMaxBias / scale_log2_ : -INFINITY;
+      row_max[r] = kFixedMax ? -fixed_max_bias(scale_log2_) / scale_log2_ : -INFINITY;
       row_sum[r] = 0.f;
     }
   }
@@ -149,23 +147,20 @@ struct OnlineSoftmax {
   __device__ __forceinline__ void update(Scores& s_rc, float (&factor)[kRows]) {
     using namespace cute;
     static_assert(decltype(size<0>(s_rc))::value == kRows);
-    if constexpr (kFixedMax) {
-      CUTE_UNROLL
-      for (int r = 0; r < kRows; ++r) {
-        factor[r] = 1.f;
-        row_sum[r] += exp2_row_and_sum(s_rc, r, scale_log2, -kFixedMaxBias);
-      }
-      return;
-    }
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
-      const float m = quad_max(thread_row_max(s_rc, r, row_max[r]));
-      // A row that has seen no key yet keeps max -inf: use 0 as the exponent offset so that
-      // exp2(-inf - 0) = 0 instead of exp2(-inf + inf) = NaN, and leave O's factor at 1.
-      const float m_scaled = m == -INFINITY ? 0.f : m * scale_log2;
-      factor[r] = m == -INFINITY ? 1.f : fast_exp2((row_max[r] - m) * scale_log2);
-      row_max[r] = m;
-      row_sum[r] = row_sum[r] * factor[r] + exp2_row_and_sum(s_rc, r, scale_log2, m_scaled);
+      if constexpr (kFixedMax) {  // p = exp2(s * scale_log2 + bias): no max, O never rescaled
+        factor[r] = 1.f;
+        row_sum[r] += exp2_row_and_sum(s_rc, r, scale_log2, row_max[r] * scale_log2);  // -bias, as lse sees it
+      } else {
+        const float m = quad_max(thread_row_max(s_rc, r, row_max[r]));
+        // A row that has seen no key yet keeps max -inf: use 0 as the exponent offset so that
+        // exp2(-inf - 0) = 0 instead of exp2(-inf + inf) = NaN, and leave O's factor at 1.
+        const float m_scaled = m == -INFINITY ? 0.f : m * scale_log2;
+        factor[r] = m == -INFINITY ? 1.f : fast_exp2((row_max[r] - m) * scale_log2);
+        row_max[r] = m;
+        row_sum[r] = row_sum[r] * factor[r] + exp2_row_and_sum(s_rc, r, scale_log2, m_scaled);
+      }
     }
   }
 
