@@ -600,6 +600,7 @@ struct FwdMainloop {
     auto to_p = [&]() {  // P = 16-bit or e4m3 (S) as the A operand
       if constexpr (kV8) convert_p_fp8(tSrS, tOrP);
       else convert_fragment(tSrS, tOrP);
+      if constexpr (Cfg::kSoftcapFixedMax) softmax.add_norm(tOrP);  // O's normaliser (OnlineSoftmax::add_norm)
     };
     auto q_read_done = [&](int n) {  // call once S of block n has completed
       if constexpr (Cfg::kEarlyQ) {
