@@ -7,6 +7,7 @@
 #include <cute/tensor.hpp>
 
 #include <cmath>
+#include <type_traits>
 #include <utility>
 
 #include "sm90/ws/fixed_max.hpp"
@@ -180,7 +181,8 @@ struct OnlineSoftmax {
   template <class P>
   __device__ __forceinline__ void add_norm(const P& tOrP) {
     using namespace cute;
-    static_assert(kFixedMax && kRows == 2 && sizeof(typename P::value_type) == 2);
+    static_assert(kFixedMax && kRows == 2);
+    static_assert(std::is_same_v<typename P::value_type, cutlass::bfloat16_t>, "the HMMA reads P as bf16");
     constexpr int kRegs = decltype(size(tOrP))::value / 2;  // bf16 pairs: 4 per 16 keys
     static_assert(kRegs % 4 == 0);
     const auto& a = *reinterpret_cast<const cutlass::Array<uint32_t, kRegs>*>(tOrP.data());
