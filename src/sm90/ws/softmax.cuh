@@ -177,7 +177,9 @@ struct OnlineSoftmax {
   // Summing the rounded P on the FMA pipe costs an unpack per score, the whole gain of the fixed max
   // (perf-notes, session 49), so the tensor cores sum it: P (16 rows of this warp, the WGMMA A
   // operand's registers, which are mma.sync m16n8k16's A layout) times a 16 x 8 tile of ones, one
-  // HMMA per 16 keys. Every column of the result is the row's sum; the lse keeps the fp32 sum.
+  // HMMA per 16 keys (CuTe's GMMA ALayout_64x16, per warp, is SM80 16x8x16's ALayout: threads
+  // (4, 8) at k 2t and row g, values at k + 1, row + 8, k + 8). Every column of the result is the
+  // row's sum; the lse keeps the fp32 sum.
   template <class P>
   __device__ __forceinline__ void add_norm(const P& tOrP) {
     using namespace cute;
