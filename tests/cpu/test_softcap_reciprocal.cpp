@@ -40,6 +40,17 @@ TEST(SoftcapReciprocal, TanhAsAccurateAsTheMufuForm) {
   EXPECT_LT(worst, 3e-7);  // 2.1e-7; the MUFU.RCP form's 1.8e-7
 }
 
+TEST(SoftcapReciprocal, NegatedFormIsTheExactNegation) {
+  // The recip-score form (Softcap::neg_recip_on_fma) takes the sign in the last FFMA's operands;
+  // round-to-nearest is symmetric, so that is -reciprocal_on_fma(d) bit for bit.
+  for (int i = 0; i <= 100000; ++i) {
+    const float d = std::exp2(64.f * float(i) / 100000.f);
+    const float neg = sm90::ws::reciprocal_on_fma<true>(d), pos = reciprocal_on_fma(d);
+    ASSERT_EQ(std::signbit(neg), !std::signbit(pos)) << "d = " << d;
+    ASSERT_EQ(neg, -pos) << "d = " << d;
+  }
+}
+
 TEST(SoftcapReciprocal, NanStaysNan) {
   EXPECT_TRUE(std::isnan(reciprocal_on_fma(std::numeric_limits<float>::quiet_NaN())));
 }

@@ -444,19 +444,39 @@ def test_gpu_forward_matches_the_float64_reference(head_dim, case):
 
 # Rows whose every score is far below +softcap, the bound a capped score can reach: q near -offset
 # and k near +offset make every q.k about -offset^2 head_dim. offset 6 pins each capped score at
-# -softcap (all of a row's p about equal, and about 2^(32 - 2 softcap log2 e) in the fixed-max form
-# of perf-notes "A lever left for later", still normal up to softcap 54.7); offset 1.5 spreads them
-# well below 0. A softmax that underflowed would give out 0 and lse -inf here.
+# -softcap (all of a row's p about equal, and 2^-124 in the bf16 fixed-max kernels at their limit
+# cap, ws/fixed_max.hpp); offset 1.5 spreads them well below 0. A softmax that underflowed would
+# give out 0 and lse -inf here.
 @needs_gpu
 @pytest.mark.parametrize("offset", [1.5, 6.0])
-@pytest.mark.parametrize("softcap", [30.0, 50.0, 54.7])
+@pytest.mark.parametrize("softcap", [30.0, 50.0, 54.7, 54.8, 80.0])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("head_dim", [64, 128])
 def test_gpu_rows_of_only_very_negative_scores(head_dim, causal, softcap, offset):
+    # 54.8 and 80 lie above the fixed-max limit: the running-max kernels on the same rows.
     dtype = gpu_dtype_or_skip(head_dim)
     q, k, v, _ = gpu_qkv(2, 300, 300, 4, 2, head_dim, dtype, seed=int(softcap * 10 + offset))
     q, k = (0.3 * q - offset).to(dtype), (0.3 * k + offset).to(dtype)
     check_gpu_forward(q, k, v, causal=causal, softcap=softcap)
+
+
+@needs_gpu
+@pytest.mark.parametrize("softcap", [1.0, 30.0, 54.7, 80.0])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_gpu_rows_that_see_one_key_return_its_value_exactly(head_dim, softcap):
+    # The softmax of one key is 1, so O = v to the bit, and the backward's D = rowsum(dO O) = dP
+    # gives dq = 0. The fixed-max kernels (caps up to 54.76) round every p to 16 bits for P V; O
+    # normalised by the fp32 sum of p came out an ulp off v on ~10% of such rows (session 49), so O's
+    # normaliser is the 16-bit P's own sum. Rows of one key: seqlen_k 1, and a causal first row.
+    import torch
+
+    dtype = gpu_dtype_or_skip(head_dim)
+    q, k, v, _ = gpu_qkv(2, 17, 1, 4, 2, head_dim, dtype, seed=int(softcap) + head_dim, amplitude=3.0)
+    out = hopattn.attention(q, k, v, softcap=softcap)
+    assert torch.equal(out, v.repeat_interleave(2, dim=2).expand_as(out))
+    q, k, v, _ = gpu_qkv(2, 300, 300, 4, 2, head_dim, dtype, seed=int(softcap) + head_dim + 1, amplitude=3.0)
+    out = hopattn.attention(q, k, v, causal=True, softcap=softcap)
+    assert torch.equal(out[:, 0], v[:, 0].repeat_interleave(2, dim=1))
 
 
 @needs_gpu

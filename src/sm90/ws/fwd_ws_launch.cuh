@@ -112,10 +112,11 @@ cudaError_t launch_ws_config(const Problem& prob, const AttnProblem& pr, cudaStr
 
 // Launches one configuration; kFlags picks the stage (kStageA/B/C in tile_shape.hpp).
 template <DType kDType, int kHeadDim, bool kCausal, unsigned kFlags, int kBlockNOverride = 0, bool kVarlen = false,
-          bool kLocal = false, bool kSoftcap = false>
+          bool kLocal = false, bool kSoftcap = false, bool kFixedMax = false>
 cudaError_t launch_fwd_ws(const AttnProblem& pr, cudaStream_t stream) {
-  return launch_ws_config<FwdWsConfig<kDType, kHeadDim, kCausal, kFlags, kBlockNOverride, kVarlen, kLocal, kSoftcap>>(
-      pr, pr, stream);
+  return launch_ws_config<
+      FwdWsConfig<kDType, kHeadDim, kCausal, kFlags, kBlockNOverride, kVarlen, kLocal, kSoftcap, kFixedMax>>(pr, pr,
+                                                                                                             stream);
 }
 
 // Per-sequence key counts run the varlen kernels: packed batches (cu_seqlens), or a fixed-length

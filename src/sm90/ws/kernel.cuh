@@ -249,6 +249,10 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
       float lse[Mainloop::kRowsPerThread];
       auto o_rc = acc_rowcol(tOrO);
       softmax.finalize(o_rc, mp.scale, lse);
+      if constexpr (Cfg::kSoftcapRecipScore) {  // the scores were -r, the capped ones softcap (1 - 2r)
+        CUTE_UNROLL
+        for (int r = 0; r < Mainloop::kRowsPerThread; ++r) lse[r] += 0.5f * mp.scale;  // + softcap; -inf stays
+      }
       Mainloop::finish_o(mp, ss, o_rc, thread_idx);
       if constexpr (Cfg::kOInV) {
         // Both warpgroups read every V stage: O may overwrite V only once both last P Vs are done.

@@ -369,6 +369,13 @@ struct FwdMainloop {
              sq, sk, hq, hk, b, int(pr.group()), pr.scale, pr.scale * 1.4426950408889634f, {},
              rows_q, rows_k, bext, rows_v, kv_ext, pr.cu_seqlens_q, pr.cu_seqlens_k, pr.seqused_q, pr.seqused_k,
              w.left, w.right, Softcap::make(pr.softcap, pr.scale), nullptr, 0, 0, row_shift(sq)};
+    if constexpr (Cfg::kSoftcapRecipScore) {  // the softmax runs on -r: scale 2 softcap (Softcap::neg_recip)
+      p.scale = 2.f * pr.softcap;
+      p.scale_log2 = recip_score_scale_log2(pr.softcap);
+      // run_fwd_softcap launches the fixed-max kernels only for caps that fit; should another
+      // caller not, NaN (loud) rather than rows flushed to zero.
+      if (Cfg::kSoftcapFixedMax && !softcap_fixed_max_fits(pr.softcap)) p.scale_log2 = NAN;
+    }
     if (paged) {
       p.page_table = pr.page_table;
       p.page_table_stride = pr.page_table_stride;
@@ -481,7 +488,8 @@ struct FwdMainloop {
 
   using Mask = FwdMask<kBlockM, kBlockN, Cfg::kCausalMask, Cfg::kLocal, kTailShift>;
   static constexpr int kRowsPerThread = 2;  // rows of a 64-row WGMMA accumulator held per thread
-  using Softmax = std::conditional_t<kFp8, BlockScaledSoftmax<kRowsPerThread>, OnlineSoftmax<kRowsPerThread>>;
+  using Softmax = std::conditional_t<kFp8, BlockScaledSoftmax<kRowsPerThread>,
+                                     OnlineSoftmax<kRowsPerThread, Cfg::kSoftcapFixedMax>>;
 
   __device__ static Mask make_mask(const Params& p, const SeqInfo& si) {
     return Mask{si.seqlen_q, si.seqlen_k, p.window_left, p.window_right, si.tail_block};
@@ -601,6 +609,7 @@ struct FwdMainloop {
     auto to_p = [&]() {  // P = 16-bit or e4m3 (S) as the A operand
       if constexpr (kV8) convert_p_fp8(tSrS, tOrP);
       else convert_fragment(tSrS, tOrP);
+      if constexpr (Cfg::kSoftcapFixedMax) softmax.add_norm(tOrP);  // O's normaliser (OnlineSoftmax::add_norm)
     };
     auto q_read_done = [&](int n) {  // call once S of block n has completed
       if constexpr (Cfg::kEarlyQ) {
@@ -618,9 +627,14 @@ struct FwdMainloop {
       if constexpr (Cfg::kSoftcap) {
         CUTE_UNROLL
         for (int i = 0; i < size(tSrS); ++i) {  // i is a constant here: each score's form is fixed
-          if (i % 5 < Cfg::kSoftcapRcpOnFmaOf5) tSrS(i) = p.softcap.on_fma(tSrS(i));
-          else if constexpr (Cfg::kSoftcapOneFfma) tSrS(i) = p.softcap.one_ffma(tSrS(i));
-          else tSrS(i) = p.softcap(tSrS(i));
+          if constexpr (Cfg::kSoftcapRecipScore) {
+            if (i % 5 < Cfg::kSoftcapRcpOnFmaOf5) tSrS(i) = p.softcap.neg_recip_on_fma(tSrS(i));
+            else tSrS(i) = p.softcap.neg_recip(tSrS(i));
+          } else {
+            if (i % 5 < Cfg::kSoftcapRcpOnFmaOf5) tSrS(i) = p.softcap.on_fma(tSrS(i));
+            else if constexpr (Cfg::kSoftcapOneFfma) tSrS(i) = p.softcap.one_ffma(tSrS(i));
+            else tSrS(i) = p.softcap(tSrS(i));
+          }
         }
       }
       if (mask.block_needs_mask(m_block, n_block)) mask.apply(s_rc, c_rc, m_block, n_block);

@@ -3,11 +3,14 @@
 // that share a row combine their maxima by shuffles, sums only once at the end.
 #pragma once
 
+#include <cute/arch/mma_sm80.hpp>
 #include <cute/tensor.hpp>
 
 #include <cmath>
+#include <type_traits>
 #include <utility>
 
+#include "sm90/ws/fixed_max.hpp"
 #include "sm90/ws/reciprocal.hpp"
 
 namespace hopattn::sm90::ws {
@@ -50,6 +53,18 @@ struct Softcap {
   }
   // out * tanh(y) = out - 2 out r from r = 1 / (1 + e^(2y)): one FFMA.
   __device__ __forceinline__ float from_reciprocal(float r) const { return fmaf(r, -2.f * out, out); }
+  // The forward's score form (kSoftcapRecipScore): -1 / (1 + e) instead of out * tanh. The capped
+  // score is softcap * tanh(y) = softcap - 2 softcap r with r = 1 / (1 + e^(2y)), an increasing
+  // affine function of -r, so the softmax can run on -r with scale 2 softcap (and lse gets + softcap
+  // back in finalize): the cap's last FFMA per score disappears into the softmax's own.
+  __device__ __forceinline__ float neg_recip(float x) const {
+    return __fdividef(1.f, -1.f - fast_exp2(x * in2));  // the sign in the FADD: no negation after the rcp
+  }
+  __device__ __forceinline__ float neg_recip_on_fma(float x) const {  // on_fma's reciprocal, negated
+    float z;
+    asm("min.NaN.f32 %0, %1, 0f42800000;" : "=f"(z) : "f"(x * in2));
+    return reciprocal_on_fma<true>(1.f + fast_exp2(z));  // negated in the last FFMA's operands
+  }
   // The parameters for a softcap and softmax scale; {0, 0} (unused) when softcap is 0.
   static Softcap make(float softcap, float scale) {
     if (!(softcap > 0.f)) return {0.f, 0.f};
@@ -109,16 +124,22 @@ __device__ __forceinline__ float exp2_row_and_sum(Scores& s_rc, int r, float mul
 }
 
 // kRows: accumulator rows held by one thread (2 per 64-row warpgroup tile).
-template <int kRows>
+// kFixedMax (FwdWsConfig::kSoftcapFixedMax, ws/fixed_max.hpp): the scores are bounded above by 0,
+// so p = exp2(s * scale_log2 + bias) needs no running max; row_max holds the constant
+// -bias / scale_log2 that makes finalize's lse right, and O is never rescaled.
+template <int kRows, bool kFixedMax = false>
 struct OnlineSoftmax {
   float row_max[kRows];  // running max of raw (unscaled) scores; -inf until a key is seen
   float row_sum[kRows];  // this thread's partial sum of p, relative to row_max
+  // kFixedMax: O's normaliser, the row sums of the 16-bit P that the P V GEMM multiplies, from the
+  // tensor cores (add_norm), one per row.
+  float norm_sum[kFixedMax ? kRows : 1] = {};
   float scale_log2;      // softmax scale * log2(e)
 
   __device__ explicit OnlineSoftmax(float scale_log2_) : scale_log2(scale_log2_) {
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
-      row_max[r] = -INFINITY;
+      row_max[r] = kFixedMax ? -fixed_max_bias(scale_log2_) / scale_log2_ : -INFINITY;
       row_sum[r] = 0.f;
     }
   }
@@ -133,21 +154,58 @@ struct OnlineSoftmax {
     static_assert(decltype(size<0>(s_rc))::value == kRows);
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
-      const float m = quad_max(thread_row_max(s_rc, r, row_max[r]));
-      // A row that has seen no key yet keeps max -inf: use 0 as the exponent offset so that
-      // exp2(-inf - 0) = 0 instead of exp2(-inf + inf) = NaN, and leave O's factor at 1.
-      const float m_scaled = m == -INFINITY ? 0.f : m * scale_log2;
-      factor[r] = m == -INFINITY ? 1.f : fast_exp2((row_max[r] - m) * scale_log2);
-      row_max[r] = m;
-      row_sum[r] = row_sum[r] * factor[r] + exp2_row_and_sum(s_rc, r, scale_log2, m_scaled);
+      if constexpr (kFixedMax) {  // p = exp2(s * scale_log2 + bias): no max, O never rescaled
+        factor[r] = 1.f;
+        row_sum[r] += exp2_row_and_sum(s_rc, r, scale_log2, row_max[r] * scale_log2);  // -bias, as lse sees it
+      } else {
+        const float m = quad_max(thread_row_max(s_rc, r, row_max[r]));
+        // A row that has seen no key yet keeps max -inf: use 0 as the exponent offset so that
+        // exp2(-inf - 0) = 0 instead of exp2(-inf + inf) = NaN, and leave O's factor at 1.
+        const float m_scaled = m == -INFINITY ? 0.f : m * scale_log2;
+        factor[r] = m == -INFINITY ? 1.f : fast_exp2((row_max[r] - m) * scale_log2);
+        row_max[r] = m;
+        row_sum[r] = row_sum[r] * factor[r] + exp2_row_and_sum(s_rc, r, scale_log2, m_scaled);
+      }
     }
+  }
+
+  // kFixedMax: O's normaliser on the tensor cores. Without a running max every p is rounded to
+  // 16 bits for the P V GEMM (with one, the row's largest is exp2(0) = 1, exact), so normalising by
+  // the fp32 sum left O = v (1 + d), |d| <= 2^-9, on a row that sees one key. The backward's
+  // D = rowsum(dO O) then missed dP by d dP, and dq, exactly 0 there, came out at ~1e-4 of |dout|
+  // (session 49, H100: pytest test_gpu_varlen_forward_and_backward_match_each_sequence[*-window]).
+  // Summing the rounded P on the FMA pipe costs an unpack per score, the whole gain of the fixed max
+  // (perf-notes, session 49), so the tensor cores sum it: P (16 rows of this warp, the WGMMA A
+  // operand's registers, which are mma.sync m16n8k16's A layout) times a 16 x 8 tile of ones, one
+  // HMMA per 16 keys (CuTe's GMMA ALayout_64x16, per warp, is SM80 16x8x16's ALayout: threads
+  // (4, 8) at k 2t and row g, values at k + 1, row + 8, k + 8). Every column of the result is the
+  // row's sum; the lse keeps the fp32 sum.
+  template <class P>
+  __device__ __forceinline__ void add_norm(const P& tOrP) {
+    using namespace cute;
+    static_assert(kFixedMax && kRows == 2);
+    static_assert(std::is_same_v<typename P::value_type, cutlass::bfloat16_t>, "the HMMA reads P as bf16");
+    constexpr int kRegs = decltype(size(tOrP))::value / 2;  // bf16 pairs: 4 per 16 keys
+    static_assert(kRegs % 4 == 0);
+    const auto& a = *reinterpret_cast<const cutlass::Array<uint32_t, kRegs>*>(tOrP.data());
+    constexpr uint32_t kOnes = 0x3f803f80u;  // two bf16 1.0
+    // d: columns 2t, 2t+1 of rows g and g+8 of the m16n8 result, all of a row's columns equal. It
+    // starts from 0 each block, so that only one float a row stays live between blocks (the d64
+    // kernel spills: 4 live floats cost it 35 more LDL/STL in the key loop than 2).
+    float d[4] = {};
+    CUTE_UNROLL
+    for (int k = 0; k < kRegs; k += 4)
+      SM80_16x8x16_F32BF16BF16F32_TN::fma(d[0], d[1], d[2], d[3], a[k], a[k + 1], a[k + 2], a[k + 3], kOnes, kOnes, d[0],
+                                          d[1], d[2], d[3]);
+    norm_sum[0] += d[0];
+    norm_sum[1] += d[2];
   }
 
   // O rows *= factor. Skipped by the whole warp when no row of it changed its max, which after
   // the first few key blocks is the common case.
   template <class Acc>
   __device__ __forceinline__ void rescale(Acc& o_rc, const float (&factor)[kRows]) const {
-    rescale_rows(o_rc, factor);
+    if constexpr (!kFixedMax) rescale_rows(o_rc, factor);  // kFixedMax: the factor is always 1
   }
   template <class Acc>
   __device__ __forceinline__ static void rescale_rows(Acc& o_rc, const float (&factor)[kRows]) {
@@ -172,7 +230,9 @@ struct OnlineSoftmax {
     for (int r = 0; r < kRows; ++r) {
       const float sum = quad_sum(row_sum[r]);
       const bool empty = !(sum > 0.f);
-      const float inv = empty ? 0.f : 1.f / sum;
+      float norm = sum;
+      if constexpr (kFixedMax) norm = norm_sum[r];  // the 16-bit P's sum (add_norm)
+      const float inv = empty ? 0.f : 1.f / norm;
       lse[r] = empty ? -INFINITY : row_max[r] * softmax_scale + logf(sum);
       CUTE_UNROLL
       for (int c = 0; c < size<1>(o_rc); ++c) o_rc(r, c) *= inv;

@@ -78,8 +78,16 @@ struct WsSchedule {
 #endif
 static_assert(HOPATTN_SOFTCAP_RCP_ON_FMA_OF5 >= 0 && HOPATTN_SOFTCAP_RCP_ON_FMA_OF5 <= 5,
               "HOPATTN_SOFTCAP_RCP_ON_FMA_OF5 counts scores out of every 5: 0 to 5");
+#ifndef HOPATTN_SOFTCAP_RECIP_SCORE  // likewise: 0 builds the one_ffma form (kSoftcapRecipScore)
+#define HOPATTN_SOFTCAP_RECIP_SCORE 1
+#endif
+#ifndef HOPATTN_SOFTCAP_FIXED_MAX  // likewise: 0 leaves the fixed-max kernels out (run_fwd_softcap)
+#define HOPATTN_SOFTCAP_FIXED_MAX 1
+#endif
+// kFixedMax_ (with kSoftcap_, bf16, d64/d128): the softcap kernel without a running max
+// (kSoftcapFixedMax); run_fwd_softcap launches it for caps up to 54.7 and the running-max kernel above.
 template <DType kDType, int kHeadDim_, bool kCausal, unsigned kFlags = kStageE, int kBlockNOverride = 0,
-          bool kVarlen_ = false, bool kLocal_ = false, bool kSoftcap_ = false>
+          bool kVarlen_ = false, bool kLocal_ = false, bool kSoftcap_ = false, bool kFixedMax_ = false>
 struct FwdWsConfig : WsSchedule<kFlags> {
   static_assert(kHeadDim_ == 64 || kHeadDim_ == 128 || kHeadDim_ == 256, "head_dim must be 64, 128 or 256");
   static_assert(kDType == DType::kBF16 || kDType == DType::kFP16, "16-bit inputs only");
@@ -124,6 +132,15 @@ struct FwdWsConfig : WsSchedule<kFlags> {
   // operator(): one_ffma read 1.2% slower there.
   static constexpr int kSoftcapRcpOnFmaOf5 = kHeadDim_ <= 128 ? HOPATTN_SOFTCAP_RCP_ON_FMA_OF5 : 0;
   static constexpr bool kSoftcapOneFfma = kHeadDim_ <= 128;
+  // The softmax on -1 / (1 + e^(2y)) with scale 2 softcap and lse + softcap (Softcap::neg_recip):
+  // one FFMA per score fewer than one_ffma (key loops d64 1514 -> 1446 instructions, d128 1531 -> 1466).
+  static constexpr bool kSoftcapRecipScore = kSoftcap_ && kHeadDim_ <= 128 && HOPATTN_SOFTCAP_RECIP_SCORE;
+  // No running max (OnlineSoftmax's kFixedMax, ws/fixed_max.hpp): the recip scores are bounded above,
+  // so the row max, its shuffles and O's rescale go (key loops d64 1446 -> 1335, d128 1466 -> 1304).
+  // bf16 only: its P has fp32's exponent range, where fp16's would overflow at 2^16.
+  static constexpr bool kSoftcapFixedMax = kFixedMax_;
+  static_assert(!kFixedMax_ || (kSoftcapRecipScore && kDType == DType::kBF16),
+                "the fixed-max softmax needs the recip-score form's bounded scores and bf16's P");
 
   // Separate O buffer only where Q + 2 stages of K and V + O fit in 227 KB (minus ~1 KB for the
   // barriers): d64 and d128 causal do; d128 at N=176 and d256 do not, and reuse Q's buffer for O.
@@ -208,6 +225,8 @@ struct Fp8FwdConfig : WsSchedule<kFlags> {
   static constexpr bool kVarlen = kVarlen_;
   static constexpr bool kLocal = false;
   static constexpr bool kSoftcap = false;
+  static constexpr bool kSoftcapRecipScore = false;
+  static constexpr bool kSoftcapFixedMax = false;
   static constexpr int kElementBytes = 1;
   // O is 16-bit and Q 8-bit: O never fits Q's buffer, so it always has its own.
   static constexpr bool kSeparateO = true;
