@@ -198,6 +198,7 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
     const int thread_idx = threadIdx.x - 128;
     const int wg = thread_idx / 128;
     typename Mainloop::TiledMmaPV mma_pv;
+    Mainloop::fill_ones(ss, thread_idx);  // kNormOnTc only
     PipelineState st;
     uint32_t q_phase = 0;
     if constexpr (Cfg::kPingPong) {

@@ -45,6 +45,38 @@ __device__ __forceinline__ void wgmma_issue(TiledMma& mma, TA& a, const TB& b, T
   if constexpr (kRegA) warpgroup_fence_operand(a);
 }
 
+// One WGMMA batch: c (+)= a b, then O's normaliser cn = p x ones (FwdMainloop::kNormOnTc) from zero.
+// Batched with a GEMM the caller waits for anyway, the normaliser runs asynchronously like it,
+// and its accumulator is live only from issue to that wait.
+template <bool kZeroInit, class Mma, class MmaNorm, class TA, class TB, class TC, class TP, class TBN, class TCN>
+__device__ __forceinline__ void wgmma_issue_with_norm(Mma& mma, TA& a, const TB& b, TC& c, MmaNorm& mma_n, TP& p,
+                                                      const TBN& bn, TCN& cn) {
+  using namespace cute;
+  constexpr bool kRegA = !is_same_v<typename TA::value_type, GmmaDescriptor>;
+  if constexpr (kRegA) warpgroup_fence_operand(a);
+  warpgroup_fence_operand(p);
+  warpgroup_fence_operand(c);
+  warpgroup_fence_operand(cn);
+  warpgroup_arrive();
+  if constexpr (kZeroInit) mma.accumulate_ = GMMA::ScaleOut::Zero;
+  CUTE_UNROLL
+  for (int k = 0; k < size<2>(a); ++k) {
+    gemm(mma, a(_, _, k), b(_, _, k), c);
+    mma.accumulate_ = GMMA::ScaleOut::One;
+  }
+  mma_n.accumulate_ = GMMA::ScaleOut::Zero;
+  CUTE_UNROLL
+  for (int k = 0; k < size<2>(p); ++k) {
+    gemm(mma_n, p(_, _, k), bn(_, _, k), cn);
+    mma_n.accumulate_ = GMMA::ScaleOut::One;
+  }
+  warpgroup_commit_batch();
+  warpgroup_fence_operand(c);
+  warpgroup_fence_operand(cn);
+  warpgroup_fence_operand(p);
+  if constexpr (kRegA) warpgroup_fence_operand(a);
+}
+
 // Keeps the P V wait after the softmax: call it right before that warpgroup_wait<0>, with `never`
 // a value the softmax just computed that is never negative. The source and the PTX put the wait
 // after the softmax, but ptxas moves `wgmma.wait_group 0` up to the softmax's start, so each
@@ -151,6 +183,22 @@ struct FwdMainloop {
                                                      kV8 ? cute::GMMA::Major::K : cute::GMMA::Major::MN>());
   using TiledMmaQK = decltype(cute::make_tiled_mma(AtomQK{}, WarpGroupsAlongM{}));
   using TiledMmaPV = decltype(cute::make_tiled_mma(AtomPV{}, WarpGroupsAlongM{}));
+  // kSoftcapFixedMax: O's normaliser is P times a (keys x 8) tile of ones in shared memory, an
+  // N = 8 WGMMA batched with the next S GEMM, or with the tile's last P V (wgmma_issue_with_norm):
+  // every column of the result is a row's sum of the 16-bit P that P V multiplies. It replaces OnlineSoftmax::add_norm's mma.sync, which
+  // waits for the tensor cores beside the other warpgroups' WGMMAs (session 50: it kept half of the
+  // fixed max's gain, and the same HMMA made every 16-bit kernel 1-10% slower in ws-tc-rowsum).
+  static constexpr bool kNormOnTc = Cfg::kSoftcapFixedMax;
+  using SmemLayoutOnes =
+      decltype(cute::tile_to_shape(cute::GMMA::Layout_MN_INTER_Atom<ElementV>{}, cute::Shape<cute::_8, BN>{}));
+  static constexpr auto norm_atom() {
+    if constexpr (kNormOnTc)
+      return cute::GMMA::rs_op_selector<ElementV, ElementV, float, cute::Shape<cute::_64, cute::_8, BN>,
+                                        cute::GMMA::Major::K, cute::GMMA::Major::MN>();
+    else
+      return AtomPV{};
+  }
+  using TiledMmaNorm = decltype(cute::make_tiled_mma(norm_atom(), WarpGroupsAlongM{}));
   static_assert(cute::size<1>(typename TiledMmaQK::AtomShape_MNK{}) == kBlockN,
                 "S GEMM must be one WGMMA wide: include sm90/ws headers before any CuTe header, or "
                 "compile with -DCUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED");
@@ -188,6 +236,8 @@ struct FwdMainloop {
     cute::array_aligned<ElementV, cute::cosize_v<SmemLayoutVt>, 1024> v;
     // O on its way to gmem when Cfg::kSeparateO (else O reuses v, Cfg::kOInV, or q).
     cute::array_aligned<OutElement, Cfg::kSeparateO ? cute::cosize_v<SmemLayoutQ> : 0, 1024> o;
+    // kNormOnTc: the ones of O's normaliser, written once per CTA (fill_ones).
+    cute::array_aligned<ElementV, kNormOnTc ? cute::cosize_v<SmemLayoutOnes> : 0, 128> ones;
     typename Pipeline::SharedStorage pipe_k;
     typename Pipeline::SharedStorage pipe_v;
     uint64_t barrier_q;  // ClusterTransactionBarrier storage: Q arrived
@@ -564,6 +614,17 @@ struct FwdMainloop {
     }
   };
 
+  // kNormOnTc: every consumer thread writes its share of the ones, then the async proxy (WGMMA)
+  // is made to see them and the consumers sync once, before any tile.
+  __device__ static void fill_ones(SharedStorage& ss, int thread_idx) {
+    if constexpr (kNormOnTc) {
+      constexpr int kCount = cute::cosize_v<SmemLayoutOnes>;
+      for (int i = thread_idx; i < kCount; i += Cfg::kNumMmaThreads) ss.ones[i] = ElementV(1.f);
+      cutlass::arch::fence_view_async_shared();
+      cutlass::arch::NamedBarrier::sync(Cfg::kNumMmaThreads, barrier_id(FwdBarrier::kEpilogueWG0, 0));
+    }
+  }
+
   // Runs key blocks kb.end-1 .. kb.begin of one query tile (a non-empty range); on return tOrO
   // holds the unnormalised O and softmax the row max/sum. `st` is the shared K/V ring position,
   // advanced by the number of blocks.
@@ -601,6 +662,31 @@ struct FwdMainloop {
       if constexpr (kV8) return make_fp8_p_fragment<kBlockN>();
       else return cute::make_tensor<ElementV>(acc_to_a_operand_layout(tSrS.layout()));
     }();
+    // kNormOnTc: each block's normaliser, P x ones, comes back in tLrL (4 floats, live from its
+    // issue to the wait for its batch) and is added to softmax.norm_sum (2 floats) there.
+    auto tLrL = [&] {
+      if constexpr (kNormOnTc) return partition_fragment_C(TiledMmaNorm{}, Shape<BM, _8>{});
+      else return 0;
+    }();
+    // mma (+)= a b, with O's normaliser of the P in tOrP in the same batch (kNormOnTc).
+    auto issue_with_norm = [&](auto zero_init, auto& mma, auto& a, const auto& b, auto& c) {
+      constexpr bool kZero = decltype(zero_init)::value;
+      if constexpr (kNormOnTc) {
+        TiledMmaNorm mma_norm;
+        Tensor sOnes = make_tensor(make_smem_ptr(ss.ones.data()), SmemLayoutOnes{});
+        Tensor tLrOnes = mma_norm.get_thread_slice(thread_idx).partition_fragment_B(sOnes);
+        wgmma_issue_with_norm<kZero>(mma, a, b, c, mma_norm, tOrP, tLrOnes, tLrL);
+      } else {
+        wgmma_issue<kZero>(mma, a, b, c);
+      }
+    };
+    auto add_norm = [&] {  // after the wait for a batch issued by issue_with_norm
+      if constexpr (kNormOnTc) {
+        auto l_rc = acc_rowcol(tLrL);  // C fragment (64 x 8): rows g and g + 8, all columns equal
+        CUTE_UNROLL
+        for (int r = 0; r < kRowsPerThread; ++r) softmax.norm_sum[r] += l_rc(r, 0);
+      }
+    };
     // The warpgroup through a shuffle (canonical_warp_group_idx), which ptxas keeps in a uniform
     // register: from thread_idx / 128 the next turn's barrier id was a vector value that the
     // 240-register FP8 d256 kernel spilled and reloaded before every hand-off.
@@ -609,7 +695,6 @@ struct FwdMainloop {
     auto to_p = [&]() {  // P = 16-bit or e4m3 (S) as the A operand
       if constexpr (kV8) convert_p_fp8(tSrS, tOrP);
       else convert_fragment(tSrS, tOrP);
-      if constexpr (Cfg::kSoftcapFixedMax) softmax.add_norm(tOrP);  // O's normaliser (OnlineSoftmax::add_norm)
     };
     auto q_read_done = [&](int n) {  // call once S of block n has completed
       if constexpr (Cfg::kEarlyQ) {
@@ -660,8 +745,9 @@ struct FwdMainloop {
         softmax.rescale(o_rc, factor);
         to_p();
         pipe_v.consumer_wait(st);
-        wgmma_issue<false>(mma_pv, tOrP, tOrV(_, _, _, st.index()), tOrO);
+        issue_with_norm(cute::false_type{}, mma_pv, tOrP, tOrV(_, _, _, st.index()), tOrO);
         warpgroup_wait<0>();
+        add_norm();
         pipe_v.consumer_release(st);
         ++st;
       }
@@ -698,7 +784,7 @@ struct FwdMainloop {
         // wait for V only then (holding the turn: the tensor cores are busy with this S anyway).
         if constexpr (!Cfg::kKLead) pipe_v.consumer_wait(st_v);
         turn.wait();
-        wgmma_issue<true>(mma_qk, tSrQ, tSrK(_, _, _, st.index()), tSrS);
+        issue_with_norm(cute::true_type{}, mma_qk, tSrQ, tSrK(_, _, _, st.index()), tSrS);  // + P's normaliser
         if constexpr (Cfg::kKLead) pipe_v.consumer_wait(st_v);
         if (n == n_end - 2) {
           wgmma_issue<true>(mma_pv, tOrP, tOrV(_, _, _, st_v.index()), tOrO);
@@ -707,6 +793,7 @@ struct FwdMainloop {
         }
         turn.pass();
         warpgroup_wait<1>();  // S done, PV may still run
+        add_norm();
         pipe_k.consumer_release(st);
         q_read_done(n);
         float factor[kRowsPerThread];
@@ -720,12 +807,13 @@ struct FwdMainloop {
       pipe_v.consumer_wait(st);
       turn.wait();
       if (n_end - n_begin == 1) {
-        wgmma_issue<true>(mma_pv, tOrP, tOrV(_, _, _, st.index()), tOrO);
+        issue_with_norm(cute::true_type{}, mma_pv, tOrP, tOrV(_, _, _, st.index()), tOrO);
       } else {
-        wgmma_issue<false>(mma_pv, tOrP, tOrV(_, _, _, st.index()), tOrO);
+        issue_with_norm(cute::false_type{}, mma_pv, tOrP, tOrV(_, _, _, st.index()), tOrO);
       }
       turn.pass();
       warpgroup_wait<0>();
+      add_norm();
       pipe_v.consumer_release(st);
       ++st;
     }
