@@ -47,7 +47,7 @@ TEST(SoftcapFixedMax, EveryFittingCapKeepsTheSmallestPNormalAndTheBiasBounded) {
 
 // One row through the fixed-max softmax as the kernel computes it: scores -r = -1 / (1 + e^(2y)),
 // p = ex2(-r * scale_log2 + bias), P = bf16(p) as the P V GEMM reads it, O = bf16(acc / norm) as
-// the epilogue stores it with norm = the sum of P (OnlineSoftmax::add_norm, on the tensor cores;
+// the epilogue stores it with norm = the sum of P (the mainloop's kNormOnTc, on the tensor cores;
 // tc_norm = false models the fp32 sum of p that normalised O before), and
 // lse = (-bias / scale_log2) * (2 softcap) + log(fp32 sum of p) + softcap.
 struct RowResult {

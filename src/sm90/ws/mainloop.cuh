@@ -185,12 +185,19 @@ struct FwdMainloop {
   using TiledMmaPV = decltype(cute::make_tiled_mma(AtomPV{}, WarpGroupsAlongM{}));
   // kSoftcapFixedMax: O's normaliser is P times a (keys x 8) tile of ones in shared memory, an
   // N = 8 WGMMA batched with the next S GEMM, or with the tile's last P V (wgmma_issue_with_norm):
-  // every column of the result is a row's sum of the 16-bit P that P V multiplies. It replaces OnlineSoftmax::add_norm's mma.sync, which
-  // waits for the tensor cores beside the other warpgroups' WGMMAs (session 50: it kept half of the
-  // fixed max's gain, and the same HMMA made every 16-bit kernel 1-10% slower in ws-tc-rowsum).
+  // every column of the result is a row's sum of the 16-bit P that P V multiplies. Not an mma.sync
+  // per 16 keys: an HMMA waits for the tensor cores beside the other warpgroups' WGMMAs (session
+  // 50: it kept half of the fixed max's gain; session 51: this WGMMA is 3-6% faster at d128).
   static constexpr bool kNormOnTc = Cfg::kSoftcapFixedMax;
-  using SmemLayoutOnes =
-      decltype(cute::tile_to_shape(cute::GMMA::Layout_MN_INTER_Atom<ElementV>{}, cute::Shape<cute::_8, BN>{}));
+  // Only the kernels that use it build the ones tile: the 8-bit V's MN atom (16 x 8) does not
+  // divide its 8 x kBlockN shape, and the FP8 kernels never read it.
+  static constexpr auto ones_layout() {
+    if constexpr (kNormOnTc)
+      return cute::tile_to_shape(cute::GMMA::Layout_MN_INTER_Atom<ElementV>{}, cute::Shape<cute::_8, BN>{});
+    else
+      return cute::Layout<cute::Shape<cute::_1>>{};
+  }
+  using SmemLayoutOnes = decltype(ones_layout());
   static constexpr auto norm_atom() {
     if constexpr (kNormOnTc)
       return cute::GMMA::rs_op_selector<ElementV, ElementV, float, cute::Shape<cute::_64, cute::_8, BN>,
@@ -229,15 +236,23 @@ struct FwdMainloop {
   using Pipeline = cutlass::PipelineTmaAsync<kStages>;
   using PipelineState = typename Pipeline::PipelineState;
 
-  struct SharedStorage {
+  // The tiles. Each member's size is a multiple of its 1024-byte alignment, so the struct has no
+  // tail padding and SharedStorage's barriers start right after it.
+  struct TileStorage {
     // Q, and (unless Cfg::kOOutsideQ) after the last S GEMM of a tile, that tile's O.
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> k;
     cute::array_aligned<ElementV, cute::cosize_v<SmemLayoutVt>, 1024> v;
     // O on its way to gmem when Cfg::kSeparateO (else O reuses v, Cfg::kOInV, or q).
     cute::array_aligned<OutElement, Cfg::kSeparateO ? cute::cosize_v<SmemLayoutQ> : 0, 1024> o;
-    // kNormOnTc: the ones of O's normaliser, written once per CTA (fill_ones).
-    cute::array_aligned<ElementV, kNormOnTc ? cute::cosize_v<SmemLayoutOnes> : 0, 128> ones;
+  };
+  // kNormOnTc: the ones of O's normaliser too, written once per CTA (fill_ones). A separate type,
+  // not a member of size 0, which would still take 128 bytes and move every barrier (C++17 has no
+  // [[no_unique_address]]): the other kernels keep their shared-memory layout.
+  struct TileStorageWithOnes : TileStorage {
+    cute::array_aligned<ElementV, cute::cosize_v<SmemLayoutOnes>, 128> ones;
+  };
+  struct SharedStorage : std::conditional_t<kNormOnTc, TileStorageWithOnes, TileStorage> {
     typename Pipeline::SharedStorage pipe_k;
     typename Pipeline::SharedStorage pipe_v;
     uint64_t barrier_q;  // ClusterTransactionBarrier storage: Q arrived

@@ -3,11 +3,9 @@
 // that share a row combine their maxima by shuffles, sums only once at the end.
 #pragma once
 
-#include <cute/arch/mma_sm80.hpp>
 #include <cute/tensor.hpp>
 
 #include <cmath>
-#include <type_traits>
 #include <utility>
 
 #include "sm90/ws/fixed_max.hpp"
@@ -131,8 +129,12 @@ template <int kRows, bool kFixedMax = false>
 struct OnlineSoftmax {
   float row_max[kRows];  // running max of raw (unscaled) scores; -inf until a key is seen
   float row_sum[kRows];  // this thread's partial sum of p, relative to row_max
-  // kFixedMax: O's normaliser, the row sums of the 16-bit P that the P V GEMM multiplies, from the
-  // tensor cores (add_norm), one per row.
+  // kFixedMax: O's normaliser, the row sums of the 16-bit P that the P V GEMM multiplies, one per
+  // row. Without a running max every p is rounded to 16 bits for P V (with one, the row's largest
+  // is exp2(0) = 1, exact), so normalising by the fp32 sum left O = v (1 + d), |d| <= 2^-9, on a
+  // row that sees one key, and the backward's dq, exactly 0 there, came out at ~1e-4 of |dout|
+  // (session 49). The mainloop sums the rounded P on the tensor cores (CollectiveMainloop's
+  // kNormOnTc) and adds it here; the lse keeps the fp32 sum.
   float norm_sum[kFixedMax ? kRows : 1] = {};
   float scale_log2;      // softmax scale * log2(e)
 
@@ -169,38 +171,6 @@ struct OnlineSoftmax {
     }
   }
 
-  // kFixedMax: O's normaliser on the tensor cores. Without a running max every p is rounded to
-  // 16 bits for the P V GEMM (with one, the row's largest is exp2(0) = 1, exact), so normalising by
-  // the fp32 sum left O = v (1 + d), |d| <= 2^-9, on a row that sees one key. The backward's
-  // D = rowsum(dO O) then missed dP by d dP, and dq, exactly 0 there, came out at ~1e-4 of |dout|
-  // (session 49, H100: pytest test_gpu_varlen_forward_and_backward_match_each_sequence[*-window]).
-  // Summing the rounded P on the FMA pipe costs an unpack per score, the whole gain of the fixed max
-  // (perf-notes, session 49), so the tensor cores sum it: P (16 rows of this warp, the WGMMA A
-  // operand's registers, which are mma.sync m16n8k16's A layout) times a 16 x 8 tile of ones, one
-  // HMMA per 16 keys (CuTe's GMMA ALayout_64x16, per warp, is SM80 16x8x16's ALayout: threads
-  // (4, 8) at k 2t and row g, values at k + 1, row + 8, k + 8). Every column of the result is the
-  // row's sum; the lse keeps the fp32 sum.
-  template <class P>
-  __device__ __forceinline__ void add_norm(const P& tOrP) {
-    using namespace cute;
-    static_assert(kFixedMax && kRows == 2);
-    static_assert(std::is_same_v<typename P::value_type, cutlass::bfloat16_t>, "the HMMA reads P as bf16");
-    constexpr int kRegs = decltype(size(tOrP))::value / 2;  // bf16 pairs: 4 per 16 keys
-    static_assert(kRegs % 4 == 0);
-    const auto& a = *reinterpret_cast<const cutlass::Array<uint32_t, kRegs>*>(tOrP.data());
-    constexpr uint32_t kOnes = 0x3f803f80u;  // two bf16 1.0
-    // d: columns 2t, 2t+1 of rows g and g+8 of the m16n8 result, all of a row's columns equal. It
-    // starts from 0 each block, so that only one float a row stays live between blocks (the d64
-    // kernel spills: 4 live floats cost it 35 more LDL/STL in the key loop than 2).
-    float d[4] = {};
-    CUTE_UNROLL
-    for (int k = 0; k < kRegs; k += 4)
-      SM80_16x8x16_F32BF16BF16F32_TN::fma(d[0], d[1], d[2], d[3], a[k], a[k + 1], a[k + 2], a[k + 3], kOnes, kOnes, d[0],
-                                          d[1], d[2], d[3]);
-    norm_sum[0] += d[0];
-    norm_sum[1] += d[2];
-  }
-
   // O rows *= factor. Skipped by the whole warp when no row of it changed its max, which after
   // the first few key blocks is the common case.
   template <class Acc>
@@ -231,7 +201,7 @@ struct OnlineSoftmax {
       const float sum = quad_sum(row_sum[r]);
       const bool empty = !(sum > 0.f);
       float norm = sum;
-      if constexpr (kFixedMax) norm = norm_sum[r];  // the 16-bit P's sum (add_norm)
+      if constexpr (kFixedMax) norm = norm_sum[r];  // the 16-bit P's sum (the mainloop's kNormOnTc)
       const float inv = empty ? 0.f : 1.f / norm;
       lse[r] = empty ? -INFINITY : row_max[r] * softmax_scale + logf(sum);
       CUTE_UNROLL
