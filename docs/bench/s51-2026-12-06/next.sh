@@ -6,12 +6,14 @@
 #    .gpu-exp/ab/libhopattn-main47.so.xz]). Issue 5 resolves if d256 non-causal 4k reads >= 1.05x
 #    cuDNN and the other points hold.
 # 2. d64 causal's HBM traffic (perf-notes "Session 51": L2 hit 9.9%, ~5.6x the minimum DRAM
-#    bytes at 4k): an L2-sectioned longest-first order is the candidate, not built yet. Time it
-#    with compare.py (d64 causal 512-16k, peers in the same process) and ncu's DRAM bytes
-#    (callP.sh with the candidate's library).
+#    bytes at 4k): callS.sh times the L2-sectioned order (branch d64-l2-section, library sec)
+#    against main, checks it with forced sections, and reads ncu's DRAM bytes (~6 min; carry
+#    [.gpu-m51, .gpu-exp/ab/libhopattn-m51.so.xz, .gpu-exp/ab/libhopattn-sec.so.xz]). If it gains,
+#    compare.py's d64 causal rows on the H200 decide the rule (and whether 8k/16k keep it off).
 O=${OUT:-/tmp/out}
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader)
 case "${1:-1}" in
   1) case "$gpu" in *H200*) bash docs/bench/s48-2026-12-05/callB.sh ;; *) echo "callB wants an H200, not $gpu" ;; esac ;;
+  s) bash docs/bench/s51-2026-12-06/callS.sh ;;
   p) bash docs/bench/s51-2026-12-06/callP.sh ;;
 esac
