@@ -6,7 +6,8 @@
 #    .gpu-exp/ab/libhopattn-main47.so.xz]). Issue 5 resolves if d256 non-causal 4k reads >= 1.05x
 #    cuDNN and the other points hold.
 # 2. The L2-sectioned d64 causal order measured +3-12% at 512-4k on an H100 (perf-notes
-#    "Session 51"): callX.sh 1 (its merge check: forced-section gtests, the whole suites on sec2)
+#    "Session 51"): callX.sh 1 (its merge check: forced-section gtests, the whole suites on the
+#    branch's whole build, pack .gpu-sec)
 #    and callX.sh 2 (compare.py d64 causal, main against sec2, peers in the same process). Merge
 #    branch d64-l2-section if both pass.
 # 3. (Superseded by 2, kept for its ncu part) d64 causal's HBM traffic (perf-notes "Session 51": L2 hit 9.9%, ~5.6x the minimum DRAM
