@@ -19,6 +19,7 @@ O=${OUT:-/tmp/out}
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader)
 case "${1:-1}" in
   1) case "$gpu" in *H200*) bash docs/bench/s48-2026-12-05/callB.sh ;; *) echo "callB wants an H200, not $gpu" ;; esac ;;
+  auto) case "$gpu" in *H200*) bash docs/bench/s48-2026-12-05/callB.sh ;; *) bash docs/bench/s51-2026-12-06/callX.sh 1 ;; esac ;;
   x1) bash docs/bench/s51-2026-12-06/callX.sh 1 ;;
   x2) bash docs/bench/s51-2026-12-06/callX.sh 2 ;;
   s) bash docs/bench/s51-2026-12-06/callS.sh ;;
