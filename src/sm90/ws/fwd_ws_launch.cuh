@@ -72,14 +72,20 @@ cudaError_t launch_ws_config(const Problem& prob, const AttnProblem& pr, cudaStr
   if constexpr (Cfg::kCausalMask) {
     params.order.snake = heuristics::causal_snake_order(pr.seqlen_q);
     params.order.fold = Cfg::kPersistent && heuristics::causal_fold_order(Cfg::kBlockM);
-    // Candidate (branch d64-l2-section): the unfolded 16-bit fixed-length order in L2 sections.
-    // HOPATTN_WS_SECTION: unset, the rule (half of a 50 MB L2); 0, off; N, N pairs.
+    // The unfolded 16-bit fixed-length order in L2-sized sections (l2_section.hpp), where they pay.
+    // HOPATTN_WS_SECTION: unset, the rule (half of a 50 MB L2); 0, off; N, N pairs. Sections take
+    // the snake (unless HOPATTN_WS_SNAKE=0): without it, at 2k the rounds alias with the sections
+    // (H100: 0.94x main; with it 1.07x).
     if constexpr (!Cfg::kFp8 && !Cfg::kVarlen && !Cfg::kLocal) {
       if (!params.order.fold) {
         static const int forced = heuristics::env_override("HOPATTN_WS_SECTION");
-        params.order.section = forced >= 0 ? forced
-                                           : causal_l2_section(pr.seqlen_k, Cfg::kHeadDim, 2, int(pr.heads_q),
-                                                               int(pr.heads_kv), int(pr.batch), int64_t(24) << 20);
+        const int section = forced >= 0 ? forced
+                            : num_m_blocks > kMaxSectionedQueryBlocks
+                                ? 0
+                                : causal_l2_section(pr.seqlen_k, Cfg::kHeadDim, 2, int(pr.heads_q), int(pr.heads_kv),
+                                                    int(pr.batch), int64_t(24) << 20);
+        params.order.section = section;
+        if (section > 0 && heuristics::fwd_tuning().snake < 0) params.order.snake = true;
       }
     }
   }
