@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "api/heuristics.hpp"
+#include "api/tuning_override.hpp"
 #include "api/varlen_heuristics.hpp"
 #include "api/problem.hpp"
 #include "sm90/fp8/tile_counter.hpp"
@@ -71,6 +72,22 @@ cudaError_t launch_ws_config(const Problem& prob, const AttnProblem& pr, cudaStr
   if constexpr (Cfg::kCausalMask) {
     params.order.snake = heuristics::causal_snake_order(pr.seqlen_q);
     params.order.fold = Cfg::kPersistent && heuristics::causal_fold_order(Cfg::kBlockM);
+    // The unfolded 16-bit fixed-length order in L2-sized sections (l2_section.hpp), where they pay.
+    // HOPATTN_WS_SECTION: unset, the rule (half of a 50 MB L2); 0, off; N, N pairs. Sections take
+    // the snake (unless HOPATTN_WS_SNAKE=0): without it, at 2k the rounds alias with the sections
+    // (H100: 0.94x main; with it 1.07x).
+    if constexpr (!Cfg::kFp8 && !Cfg::kVarlen && !Cfg::kLocal) {
+      if (!params.order.fold) {
+        static const int forced = heuristics::env_override("HOPATTN_WS_SECTION");
+        const int section = forced >= 0 ? forced
+                            : num_m_blocks > kMaxSectionedQueryBlocks
+                                ? 0
+                                : causal_l2_section(pr.seqlen_k, Cfg::kHeadDim, 2, int(pr.heads_q), int(pr.heads_kv),
+                                                    int(pr.batch), int64_t(24) << 20);
+        params.order.section = section;
+        if (section > 0 && heuristics::fwd_tuning().snake < 0) params.order.snake = true;
+      }
+    }
   }
   if constexpr (Cfg::kVarlen) {  // VarlenTileScheduler counts the real tiles from cu_seqlens_q
     params.order.cu_q = pr.cu_seqlens_q;

@@ -10,6 +10,7 @@
 #include <cute/config.hpp>
 #include <cutlass/arch/barrier.h>
 
+#include "sm90/ws/l2_section.hpp"
 #include "sm90/ws/tail_split.hpp"
 #include "sm90/ws/varlen_tile_order.hpp"
 #include "sm90/ws/warp_uniform.cuh"
@@ -55,6 +56,9 @@ struct TileOrder {
   // Fixed-length, unmasked, persistent: the last round's tiles cut into pieces (StaticTileScheduler
   // with kTailSplit reads it; pieces == 1 otherwise).
   TailSplit split{};
+  // Causal, not folded: pairs per L2-sized section of the longest-first order (l2_section.hpp);
+  // 0: one section. Last, so the fields before it keep their offsets.
+  int section = 0;
 
   __host__ __device__ int num_tiles() const { return num_m_blocks * heads * batch; }
   __host__ __device__ int units_per_head() const { return (num_m_blocks + 1) / 2; }
@@ -71,6 +75,13 @@ struct TileOrder {
         t.head = pair % heads;
         t.batch = pair / heads;
         t.m_block = folded_m_block(unit % upb, idx & 1, num_m_blocks);
+        return t;
+      }
+      if (section > 0) {
+        const SectionTile st = sectioned_causal_tile(idx, section, num_m_blocks, heads * batch);
+        t.head = st.pair % heads;
+        t.batch = st.pair / heads;
+        t.m_block = st.m_block;
         return t;
       }
       t.head = idx % heads;
