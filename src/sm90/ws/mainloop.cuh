@@ -25,6 +25,19 @@
 
 namespace hopattn::sm90::ws {
 
+// c (+)= a b over the K mode, one WGMMA per k-slice, inside a batch the caller opens
+// (warpgroup_arrive) and commits: the shared body of wgmma_issue and wgmma_issue_with_norm.
+template <bool kZeroInit, class TiledMma, class TA, class TB, class TC>
+__device__ __forceinline__ void wgmma_k_loop(TiledMma& mma, TA& a, const TB& b, TC& c) {
+  using namespace cute;
+  if constexpr (kZeroInit) mma.accumulate_ = GMMA::ScaleOut::Zero;
+  CUTE_UNROLL
+  for (int k = 0; k < size<2>(a); ++k) {
+    gemm(mma, a(_, _, k), b(_, _, k), c);
+    mma.accumulate_ = GMMA::ScaleOut::One;
+  }
+}
+
 // Issues one warpgroup-wide WGMMA sequence over the K mode and commits it as one batch; the caller
 // decides when to wait (warpgroup_wait<N>), which is what lets GEMMs overlap the softmax.
 template <bool kZeroInit, class TiledMma, class TA, class TB, class TC>
@@ -34,12 +47,7 @@ __device__ __forceinline__ void wgmma_issue(TiledMma& mma, TA& a, const TB& b, T
   if constexpr (kRegA) warpgroup_fence_operand(a);  // keep P's conversion before the async read
   warpgroup_fence_operand(c);
   warpgroup_arrive();
-  if constexpr (kZeroInit) mma.accumulate_ = GMMA::ScaleOut::Zero;
-  CUTE_UNROLL
-  for (int k = 0; k < size<2>(a); ++k) {
-    gemm(mma, a(_, _, k), b(_, _, k), c);
-    mma.accumulate_ = GMMA::ScaleOut::One;
-  }
+  wgmma_k_loop<kZeroInit>(mma, a, b, c);
   warpgroup_commit_batch();
   warpgroup_fence_operand(c);
   if constexpr (kRegA) warpgroup_fence_operand(a);
@@ -58,18 +66,8 @@ __device__ __forceinline__ void wgmma_issue_with_norm(Mma& mma, TA& a, const TB&
   warpgroup_fence_operand(c);
   warpgroup_fence_operand(cn);
   warpgroup_arrive();
-  if constexpr (kZeroInit) mma.accumulate_ = GMMA::ScaleOut::Zero;
-  CUTE_UNROLL
-  for (int k = 0; k < size<2>(a); ++k) {
-    gemm(mma, a(_, _, k), b(_, _, k), c);
-    mma.accumulate_ = GMMA::ScaleOut::One;
-  }
-  mma_n.accumulate_ = GMMA::ScaleOut::Zero;
-  CUTE_UNROLL
-  for (int k = 0; k < size<2>(p); ++k) {
-    gemm(mma_n, p(_, _, k), bn(_, _, k), cn);
-    mma_n.accumulate_ = GMMA::ScaleOut::One;
-  }
+  wgmma_k_loop<kZeroInit>(mma, a, b, c);
+  wgmma_k_loop<true>(mma_n, p, bn, cn);
   warpgroup_commit_batch();
   warpgroup_fence_operand(c);
   warpgroup_fence_operand(cn);
