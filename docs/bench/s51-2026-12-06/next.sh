@@ -20,6 +20,7 @@ gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader)
 case "${1:-1}" in
   1) case "$gpu" in *H200*) bash docs/bench/s48-2026-12-05/callB.sh ;; *) echo "callB wants an H200, not $gpu" ;; esac ;;
   auto) case "$gpu" in *H200*) bash docs/bench/s48-2026-12-05/callB.sh ;; *) bash docs/bench/s51-2026-12-06/callX.sh 1 ;; esac ;;
+  h200only) case "$gpu" in *H200*) bash docs/bench/s48-2026-12-05/callB.sh ;; *) echo "not an H200: $gpu" ;; esac ;;
   h200) case "$gpu" in *H200*) bash docs/bench/s48-2026-12-05/callB.sh ;;
           *) export PACK=.gpu-sec; echo "not an H200: main c8c1123's forward grid (pack .gpu-sec, SASS-identical)"
              GRID_T=420 GRID_ARGS="--direction fwd --out-dir $O --tag c8c1123 --no-plot" bash scripts/gpu-phases.sh grid 2>&1 | grep -E "^\||rc=" | cut -d'|' -f2-11 | head -40 ;; esac ;;
