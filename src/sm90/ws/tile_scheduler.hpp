@@ -61,8 +61,8 @@ struct TileOrder {
   // 0: one section. Last, so the fields before it keep their offsets.
   int section = 0;
   // tile()'s divisors (int_divider.hpp), set by prepare() once the fields above are.
-  IntDivider heads_div, batch_div, m_blocks_div, units_div;
-  SectionDividers section_div;
+  IntDivider heads_div{}, batch_div{}, m_blocks_div{}, units_div{};
+  SectionDividers section_div{};
 
   // The launch calls it after setting every field above: tile() divides only through these.
   void prepare() {
