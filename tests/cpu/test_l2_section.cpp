@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "sm90/ws/int_divider.hpp"
 #include "sm90/ws/l2_section.hpp"
 
 namespace hopattn::sm90::ws {
@@ -33,6 +34,47 @@ TEST(L2Section, EveryTileOnceInItsSection) {
   for (int nb : {1, 2, 3, 6, 11, 22, 86})
     for (int pairs : {1, 7, 32, 128})
       for (int section : {1, 5, 24, 31, 127, 128}) expect_sectioned_permutation(nb, pairs, section);
+}
+
+TEST(L2Section, PrecomputedDividersGiveTheSameOrder) {
+  for (int nb : {1, 3, 11, 22, 86})
+    for (int pairs : {1, 7, 32, 128, 1000})
+      for (int section : {1, 5, 24, 31, 127, 128}) {
+        const SectionDividers dv(section, nb, pairs);
+        for (int i = 0; i < nb * pairs; ++i) {
+          const SectionTile a = sectioned_causal_tile(i, section, nb, pairs), b = sectioned_causal_tile(i, dv, nb, pairs);
+          ASSERT_EQ(a.pair, b.pair) << "nb " << nb << " pairs " << pairs << " section " << section << " index " << i;
+          ASSERT_EQ(a.m_block, b.m_block) << "nb " << nb << " pairs " << pairs << " section " << section << " index " << i;
+        }
+      }
+}
+
+TEST(IntDivider, MatchesDivisionOverTheIndexRange) {
+  // Every divisor the scheduler can see (extents up to a quarter of the int range), against
+  // dividends at the edges and spread over [0, 2^31).
+  std::vector<int> divisors;
+  for (int d = 1; d <= 4096; ++d) divisors.push_back(d);
+  for (int e = 12; e < 31; ++e)
+    for (int off : {-1, 0, 1, 3}) divisors.push_back((1 << e) + off);
+  divisors.push_back(0x7fffffff);
+  uint32_t x = 12345u;
+  for (int d : divisors) {
+    const IntDivider dv(d);
+    std::vector<int> ns = {0, 1, d - 1, d, d + 1, 0x7fffffff, 0x7ffffffe, 0x3fffffff};
+    for (int k = 0; k < 64; ++k) {
+      x = x * 1664525u + 1013904223u;
+      ns.push_back(int(x >> 1));
+      ns.push_back(int((x >> 1) % 100000u));
+    }
+    for (int n : ns) {
+      if (n < 0) continue;
+      int r;
+      const int q = dv.divmod(n, r);
+      ASSERT_EQ(q, n / d) << n << " / " << d;
+      ASSERT_EQ(r, n % d) << n << " % " << d;
+    }
+  }
+  EXPECT_EQ(IntDivider(0).d, 1) << "a zero extent divides by 1, never by 0";
 }
 
 TEST(L2Section, FirstSectionDealsItsPairsLongestFirst) {

@@ -109,6 +109,7 @@ cudaError_t launch_ws_config(const Problem& prob, const AttnProblem& pr, cudaStr
     }
   }
 
+  params.order.prepare();
   int grid = params.order.num_tiles();
   if constexpr (Cfg::kPersistent) {
     int num_sms = 0;

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "api/problem.hpp"  // HOPATTN_HOST_DEVICE
+#include "sm90/ws/int_divider.hpp"
 
 namespace hopattn::sm90::ws {
 
@@ -25,6 +26,24 @@ HOPATTN_HOST_DEVICE inline SectionTile sectioned_causal_tile(int idx, int sectio
   const int rest = pairs - sec * section;
   const int sp = rest < section ? rest : section;  // pairs in this section
   return {nb - 1 - r / sp, sec * section + r % sp};
+}
+
+// The same with the divisions precomputed (TileOrder's, on the device): by section * nb, by the
+// section and by the last section's pair count.
+struct SectionDividers {
+  IntDivider tiles, full, last;
+  SectionDividers() = default;
+  SectionDividers(int section, int nb, int pairs)
+      : tiles(section * nb), full(section), last(section > 0 && pairs % section != 0 ? pairs % section : section) {}
+};
+HOPATTN_HOST_DEVICE inline SectionTile sectioned_causal_tile(int idx, const SectionDividers& dv, int nb, int pairs) {
+  const int section = dv.full.d;
+  int r;
+  const int sec = dv.tiles.divmod(idx, r);
+  const IntDivider& by = pairs - sec * section < section ? dv.last : dv.full;
+  int pair_in;
+  const int q = by.divmod(r, pair_in);
+  return {nb - 1 - q, sec * section + pair_in};
 }
 
 // Pairs per section: as many as keep their K and V within `l2_budget` bytes, or 0 (no sections)

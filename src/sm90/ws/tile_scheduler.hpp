@@ -10,6 +10,7 @@
 #include <cute/config.hpp>
 #include <cutlass/arch/barrier.h>
 
+#include "sm90/ws/int_divider.hpp"
 #include "sm90/ws/l2_section.hpp"
 #include "sm90/ws/tail_split.hpp"
 #include "sm90/ws/varlen_tile_order.hpp"
@@ -59,6 +60,18 @@ struct TileOrder {
   // Causal, not folded: pairs per L2-sized section of the longest-first order (l2_section.hpp);
   // 0: one section. Last, so the fields before it keep their offsets.
   int section = 0;
+  // tile()'s divisors (int_divider.hpp), set by prepare() once the fields above are.
+  IntDivider heads_div{}, batch_div{}, m_blocks_div{}, units_div{};
+  SectionDividers section_div{};
+
+  // The launch calls it after setting every field above: tile() divides only through these.
+  void prepare() {
+    heads_div = IntDivider(heads);
+    batch_div = IntDivider(batch);
+    m_blocks_div = IntDivider(num_m_blocks);
+    units_div = IntDivider(units_per_head());
+    section_div = SectionDividers(section, num_m_blocks, heads * batch);
+  }
 
   __host__ __device__ int num_tiles() const { return num_m_blocks * heads * batch; }
   __host__ __device__ int units_per_head() const { return (num_m_blocks + 1) / 2; }
@@ -70,29 +83,24 @@ struct TileOrder {
     WorkTile t;
     if constexpr (kCausal) {
       if (fold) {
-        const int unit = idx >> 1, upb = units_per_head();
-        const int pair = unit / upb;  // (batch, head), head fastest
-        t.head = pair % heads;
-        t.batch = pair / heads;
-        t.m_block = folded_m_block(unit % upb, idx & 1, num_m_blocks);
+        int u;
+        const int pair = units_div.divmod(idx >> 1, u);  // (batch, head), head fastest
+        t.batch = heads_div.divmod(pair, t.head);
+        t.m_block = folded_m_block(u, idx & 1, num_m_blocks);
         return t;
       }
       if (section > 0) {
-        const SectionTile st = sectioned_causal_tile(idx, section, num_m_blocks, heads * batch);
-        t.head = st.pair % heads;
-        t.batch = st.pair / heads;
+        const SectionTile st = sectioned_causal_tile(idx, section_div, num_m_blocks, heads * batch);
+        t.batch = heads_div.divmod(st.pair, t.head);
         t.m_block = st.m_block;
         return t;
       }
-      t.head = idx % heads;
-      idx /= heads;
-      t.batch = idx % batch;
-      t.m_block = num_m_blocks - 1 - idx / batch;
+      // idx = (m_rev * batch + b) * heads + h, m_rev = nb - 1 - m_block
+      t.m_block = num_m_blocks - 1 - batch_div.divmod(heads_div.divmod(idx, t.head), t.batch);
     } else {
-      t.m_block = idx % num_m_blocks;
-      idx /= num_m_blocks;
-      t.head = idx % heads;
-      t.batch = idx / heads;
+      // idx = (b * heads + h) * nb + m_block
+      const int pair = m_blocks_div.divmod(idx, t.m_block);
+      t.batch = heads_div.divmod(pair, t.head);
     }
     return t;
   }
