@@ -13,6 +13,10 @@ O=${OUT:-/tmp/out}
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader)
 case "${1:-1}" in
   1) case "$gpu" in *H200*) bash docs/bench/s48-2026-12-05/callB.sh ;; *) echo "callB wants an H200, not $gpu" ;; esac ;;
+  try) case "$gpu" in *H200*) bash docs/bench/s48-2026-12-05/callB.sh ;;
+         *) export PACK=.gpu-m52; echo "not an H200 ($gpu): compare.py d128 on main's build"
+            GRID_T=200 GRID_ARGS="--direction fwd --hdims 128 --out-dir $O --tag m52-d128 --no-plot" bash scripts/gpu-phases.sh grid 2>&1 | grep -E "^\||rc=" | cut -d'|' -f2-11 | head -16
+            bash scripts/gpu-phases.sh bundle 2>&1 | grep rc= ;; esac ;;
   grid) export PACK=.gpu-m52
         GRID_T=500 GRID_ARGS="--direction fwd --out-dir $O --tag m52" bash scripts/gpu-phases.sh grid 2>&1 | grep -E "^\||rc=" | cut -d'|' -f2-11 | head -40 ;;
 esac
