@@ -30,8 +30,9 @@ struct WorkTile {
 // Causal: a tile's cost grows with m_block, so m_block runs slowest and descending (longest tiles
 // first, short ones fill the tail of the round-robin); heads run fastest so that the query heads of
 // one GQA group (h = kv * group + g, adjacent) are in flight together and share K/V in L2.
-// (Measured and dropped, docs/perf-notes.md v2: cutting the pairs into L2-sized sections, with a
-// static or a dynamic atomic-counter scheduler; L2 hits rose, speed did not.)
+// L2-sized sections of pairs (`section`, l2_section.hpp): v2 measured them on d128 and dropped them
+// (L2 hits rose, speed did not; the fold below took their place); d64's unfolded 192-row tiles take
+// them up to 4k, where they gain 2-12% (docs/perf-notes.md, sessions 51 and 52).
 //
 // Causal, folded (`fold`, persistent only): tiles come in units of two, query blocks u and
 // nb-1-u of one (batch, head), run by one CTA back to back. Every unit then costs nb+1 key blocks,
