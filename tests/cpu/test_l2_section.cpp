@@ -93,6 +93,15 @@ TEST(L2Section, FirstSectionDealsItsPairsLongestFirst) {
   EXPECT_EQ(sectioned_causal_tile(120 * 22 + 8, 24, 22, 128).m_block, 20);
 }
 
+TEST(L2Section, ForcedSizesOutsideOneToPairsMeanNoSections) {
+  EXPECT_EQ(effective_section(24, 128), 24);
+  EXPECT_EQ(effective_section(127, 128), 127);
+  EXPECT_EQ(effective_section(128, 128), 0);          // one section: the plain order
+  EXPECT_EQ(effective_section(1 << 30, 128), 0);      // would overflow section * nb
+  EXPECT_EQ(effective_section(0, 128), 0);
+  EXPECT_EQ(effective_section(-3, 128), 0);
+}
+
 TEST(L2Section, RuleFitsTheBudget) {
   constexpr int64_t kBudget = int64_t(24) << 20;
   // d64 bf16 4k: 1 MB of K/V per pair, 128 pairs -> 24 pairs a section.

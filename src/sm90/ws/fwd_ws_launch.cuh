@@ -84,8 +84,8 @@ cudaError_t launch_ws_config(const Problem& prob, const AttnProblem& pr, cudaStr
                                 ? 0
                                 : causal_l2_section(pr.seqlen_k, Cfg::kHeadDim, 2, int(pr.heads_q), int(pr.heads_kv),
                                                     int(pr.batch), int64_t(24) << 20);
-        params.order.section = section;
-        if (section > 0 && heuristics::fwd_tuning().snake < 0) params.order.snake = true;
+        params.order.section = effective_section(section, int(pr.heads_q * pr.batch));
+        if (params.order.section > 0 && heuristics::fwd_tuning().snake < 0) params.order.snake = true;
       }
     }
   }

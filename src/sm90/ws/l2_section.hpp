@@ -60,6 +60,11 @@ inline int causal_l2_section(int64_t seqlen_k, int head_dim, int elem_bytes, int
   return g >= pairs ? 0 : int(g);
 }
 
+// The section size a launch uses: a section of all the pairs or more is the plain order, so 0. It
+// also keeps a forced size (HOPATTN_WS_SECTION) from overflowing section * nb in SectionDividers:
+// pairs * nb fits the scheduler's index range (the launch checks that).
+inline int effective_section(int section, int pairs) { return section > 0 && section < pairs ? section : 0; }
+
 // Where the sections pay: measured on an H100 (session 51, d64 causal, sections with the snake
 // against main's order): 1k +4%, 2k +7%, 4k +10-12%, but 8k -13% and 16k -16%. From 43 query blocks
 // up a section's rounds alias with the 132 CTAs (a model of the static round-robin puts the slowest
