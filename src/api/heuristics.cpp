@@ -8,7 +8,7 @@ namespace hopattn::heuristics {
 FwdTuning& fwd_tuning() {
   static FwdTuning t{env_override("HOPATTN_WS_SNAKE"), env_override("HOPATTN_WS_FOLD"),
                      env_override("HOPATTN_WS_VARLEN_BALANCE"), env_override("HOPATTN_FP8_KEY_TILE"),
-                     env_override("HOPATTN_D128_KEY_TILE")};
+                     env_override("HOPATTN_D128_KEY_TILE"), env_override("HOPATTN_D64_QUERY_TILE")};
   return t;
 }
 
@@ -71,6 +71,42 @@ int d128_noncausal_key_tile(int64_t seqlen_k) {
     default: break;
   }
   return seqlen_k <= 1024 ? 128 : seqlen_k <= 4096 ? 160 : 0;
+}
+
+int64_t d64_causal_tile_pairs(int64_t seqlen_q, int64_t seqlen_k, int block_m) {
+  constexpr int64_t kKeys = 128;  // sm90::ws::default_key_tile(64, true)
+  if (seqlen_q <= 0 || seqlen_k <= 0 || block_m <= 0) return 0;
+  // FwdMainloop::row_shift: the padding a seqlen that is no multiple of the tile leaves, in whole
+  // warpgroups (64 rows), goes before the first row.
+  const int64_t shift = block_m % 128 != 0 ? (block_m - seqlen_q % block_m) % block_m / 64 * 64 : 0;
+  int64_t pairs = 0;
+  for (int64_t first = -shift; first < seqlen_q; first += block_m) {
+    const int64_t last = first + block_m - 1 < seqlen_q - 1 ? first + block_m - 1 : seqlen_q - 1;
+    int64_t keys = last + 1 + seqlen_k - seqlen_q;  // the tile's last row sees keys [0, keys)
+    keys = keys < 0 ? 0 : keys > seqlen_k ? seqlen_k : keys;
+    pairs += block_m * ((keys + kKeys - 1) / kKeys) * kKeys;
+  }
+  return pairs;
+}
+
+// Measured on an H100 (docs/perf-notes.md, session 53), the 128-row kernel against the 192-row one:
+// causal 512 +8.8%, 1k -5.5%, 2k -8.6%, 4k -10.2% (non-causal -4 to -9% at 512-4k: never taken).
+// Per score pair computed, 128-row tiles run at ~0.86 of the 192-row rate (2k: 0.914 x the 1.058
+// pair ratio), so they win where the 192-row tiling computes >= 1/0.86 = 1.16x their pairs: at 512
+// (1.20x, with the 64 padding rows) and below, not at 1k (1.12x). Only short sequences are
+// counted: from 1k rows on the ratio stays below the bar.
+int d64_causal_query_tile(int64_t seqlen_q, int64_t seqlen_k) {
+  switch (fwd_tuning().d64_query_tile) {
+    case 128: return 128;
+    case 192: return 192;
+    default: break;
+  }
+  constexpr int64_t kMaxRows = 1024;
+  constexpr double kMinPairRatio = 1.17;
+  if (seqlen_q > kMaxRows) return 192;
+  const int64_t pairs128 = d64_causal_tile_pairs(seqlen_q, seqlen_k, 128);
+  if (pairs128 == 0) return 192;
+  return double(d64_causal_tile_pairs(seqlen_q, seqlen_k, 192)) >= kMinPairRatio * double(pairs128) ? 128 : 192;
 }
 
 }  // namespace hopattn::heuristics

@@ -16,6 +16,7 @@ struct FwdTuning {
   int varlen_balance = -1;        // HOPATTN_WS_VARLEN_BALANCE=0/1
   int fp8_key_tile = -1;          // HOPATTN_FP8_KEY_TILE=128/224
   int d128_key_tile = -1;         // HOPATTN_D128_KEY_TILE=128/160/176
+  int d64_query_tile = -1;        // HOPATTN_D64_QUERY_TILE=128/192 (causal)
 };
 FwdTuning& fwd_tuning();
 
@@ -40,5 +41,14 @@ int fp8_key_tile(int64_t head_dim, int64_t seqlen_k, bool varlen);
 // Key tile (keys per pipeline stage) of the d128 non-causal FlashAttention-3 kernel; 0 means the
 // config's default (176).
 int d128_noncausal_key_tile(int64_t seqlen_k);
+
+// Score pairs a causal call computes per (batch, head) with tiles of block_m query rows and
+// 128-key blocks (d64's key tile), bottom-right aligned; 192-row tiles start row_shift rows above
+// the sequence as the kernel's do (FwdMainloop's kRowShift), 128-row tiles at row 0.
+int64_t d64_causal_tile_pairs(int64_t seqlen_q, int64_t seqlen_k, int block_m);
+
+// Query rows per tile of the d64 fixed-length causal 16-bit kernel: 192 (the configuration's
+// default, sm90::ws::default_query_tile) or 128. HOPATTN_D64_QUERY_TILE=128/192 forces one.
+int d64_causal_query_tile(int64_t seqlen_q, int64_t seqlen_k);
 
 }  // namespace hopattn::heuristics

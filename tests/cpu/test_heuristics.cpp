@@ -40,6 +40,50 @@ TEST(Heuristics, D128KeyTileOverrideWins) {
   t = saved;
 }
 
+// The pair count against a brute-force count over every (row, key block) of the tiling.
+TEST(Heuristics, D64CausalTilePairsMatchBruteForce) {
+  auto brute = [](int64_t sq, int64_t sk, int bm) {
+    const int64_t shift = bm == 192 ? (bm - sq % bm) % bm / 64 * 64 : 0;
+    int64_t pairs = 0;
+    for (int64_t first = -shift; first < sq; first += bm) {
+      int64_t blocks = 0;  // key blocks holding a key that some real row of the tile sees
+      for (int64_t n = 0; n * 128 < sk; ++n)
+        for (int64_t r = first < 0 ? 0 : first; r < first + bm && r < sq; ++r)
+          if (n * 128 <= r + sk - sq) { ++blocks; break; }
+      pairs += bm * blocks * 128;
+    }
+    return pairs;
+  };
+  for (int64_t sq : {1, 17, 127, 128, 192, 255, 384, 512, 640, 768, 1000, 1024})
+    for (int64_t sk : {sq, sq / 2, 2 * sq + 5, int64_t(4096)})
+      for (int bm : {128, 192}) EXPECT_EQ(d64_causal_tile_pairs(sq, sk, bm), brute(sq, sk, bm)) << sq << " x " << sk << " rows " << bm;
+  // 512 square: 192-row tiles (64 padding rows first) 8 blocks, 128-row tiles 1 + 2 + 3 + 4.
+  EXPECT_EQ(d64_causal_tile_pairs(512, 512, 192), 8 * 192 * 128);
+  EXPECT_EQ(d64_causal_tile_pairs(512, 512, 128), 10 * 128 * 128);
+  EXPECT_EQ(d64_causal_tile_pairs(0, 512, 128), 0);
+  EXPECT_EQ(d64_causal_tile_pairs(512, 0, 192), 0);
+}
+
+TEST(Heuristics, D64CausalQueryTileByPairRatioAndOverride) {
+  FwdTuning& t = fwd_tuning();
+  const FwdTuning saved = t;
+  t.d64_query_tile = -1;
+  EXPECT_EQ(d64_causal_query_tile(512, 512), 128);    // 1.20x the pairs in 192-row tiles (measured +8.8%)
+  EXPECT_EQ(d64_causal_query_tile(1024, 1024), 192);  // 1.12x (measured -5.5% with 128)
+  EXPECT_EQ(d64_causal_query_tile(576, 576), 192);    // three whole 192-row tiles
+  EXPECT_EQ(d64_causal_query_tile(512, 4096), 192);   // long rows of keys: 1.13x
+  EXPECT_EQ(d64_causal_query_tile(17, 0), 192);       // no keys
+  EXPECT_EQ(d64_causal_query_tile(int64_t(1) << 20, int64_t(1) << 20), 192);
+  for (int64_t s = 1025; s < 20000; s += 131) EXPECT_EQ(d64_causal_query_tile(s, s), 192) << s;
+  t.d64_query_tile = 128;
+  EXPECT_EQ(d64_causal_query_tile(16384, 16384), 128);
+  t.d64_query_tile = 192;
+  EXPECT_EQ(d64_causal_query_tile(512, 512), 192);
+  t.d64_query_tile = 100;  // not a tile: ignored
+  EXPECT_EQ(d64_causal_query_tile(512, 512), 128);
+  t = saved;
+}
+
 TEST(Heuristics, SnakeOverrideWins) {
   FwdTuning& t = fwd_tuning();
   const FwdTuning saved = t;

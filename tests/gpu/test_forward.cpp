@@ -8,8 +8,10 @@
 #include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../common/test_util.hpp"
@@ -83,6 +85,12 @@ std::vector<FwdCase> make_cases() {
     cases.push_back({DType::kBF16, d, true, 333, 333, 4, 4, 2, Layout::kPackedQKV});
     cases.push_back({DType::kFP16, d, false, 333, 333, 4, 4, 2, Layout::kPackedQKV});
   }
+  // d64 causal shapes the rule sends to 128-row tiles (heuristics::d64_causal_query_tile): several
+  // tiles a head (the folded order; an odd count at 640), fewer keys than queries, and at 1000 x 100
+  // tiles whose rows see no key.
+  for (DType t : {DType::kBF16, DType::kFP16})
+    for (const auto& sl : std::initializer_list<std::pair<int64_t, int64_t>>{{500, 500}, {640, 640}, {600, 300}, {1000, 100}})
+      cases.push_back({t, 64, true, sl.first, sl.second, 8, 2, 3});
   // 72000 (batch, head) pairs: more than grid.y/z could hold, so the grid must be flattened.
   cases.push_back({DType::kBF16, 128, false, 17, 17, 8, 8, 9000});
   cases.push_back({DType::kFP16, 64, true, 17, 17, 8, 2, 9000});

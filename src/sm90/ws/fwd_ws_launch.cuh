@@ -130,11 +130,10 @@ cudaError_t launch_ws_config(const Problem& prob, const AttnProblem& pr, cudaStr
 
 // Launches one configuration; kFlags picks the stage (kStageA/B/C in tile_shape.hpp).
 template <DType kDType, int kHeadDim, bool kCausal, unsigned kFlags, int kBlockNOverride = 0, bool kVarlen = false,
-          bool kLocal = false, bool kSoftcap = false, bool kFixedMax = false>
+          bool kLocal = false, bool kSoftcap = false, bool kFixedMax = false, int kBlockMOverride = 0>
 cudaError_t launch_fwd_ws(const AttnProblem& pr, cudaStream_t stream) {
-  return launch_ws_config<
-      FwdWsConfig<kDType, kHeadDim, kCausal, kFlags, kBlockNOverride, kVarlen, kLocal, kSoftcap, kFixedMax>>(pr, pr,
-                                                                                                             stream);
+  return launch_ws_config<FwdWsConfig<kDType, kHeadDim, kCausal, kFlags, kBlockNOverride, kVarlen, kLocal, kSoftcap,
+                                      kFixedMax, kBlockMOverride>>(pr, pr, stream);
 }
 
 // Per-sequence key counts run the varlen kernels: packed batches (cu_seqlens), or a fixed-length
@@ -180,7 +179,14 @@ cudaError_t run_fwd_ws(const AttnProblem& pr, cudaStream_t stream) {
       return pr.causal ? launch_fwd_ws<kDType, kHeadDim, true, kFlags, kBlockNOverride, true>(pr, stream)
                       : launch_fwd_ws<kDType, kHeadDim, false, kFlags, kBlockNOverride, true>(pr, stream);
     }
-    if (pr.causal) return launch_fwd_ws<kDType, kHeadDim, true, kFlags, kBlockNOverride>(pr, stream);
+    if (pr.causal) {
+      // d64: 128 query rows where the 192-row tiling pads and masks much more (short sequences).
+      if constexpr (kHeadDim == 64 && kBlockNOverride == 0) {
+        if (heuristics::d64_causal_query_tile(pr.seqlen_q, pr.seqlen_k) == 128)
+          return launch_fwd_ws<kDType, kHeadDim, true, kFlags, 0, false, false, false, false, 128>(pr, stream);
+      }
+      return launch_fwd_ws<kDType, kHeadDim, true, kFlags, kBlockNOverride>(pr, stream);
+    }
     if constexpr (kHeadDim == 128 && kBlockNOverride == 0) {
       switch (heuristics::d128_noncausal_key_tile(pr.seqlen_k)) {
         case 128: return launch_fwd_ws<kDType, kHeadDim, false, kFlags, 128>(pr, stream);

@@ -133,7 +133,7 @@ struct OnlineSoftmax {
   // row. Without a running max every p is rounded to 16 bits for P V (with one, the row's largest
   // is exp2(0) = 1, exact), so normalising by the fp32 sum left O = v (1 + d), |d| <= 2^-9, on a
   // row that sees one key, and the backward's dq, exactly 0 there, came out at ~1e-4 of |dout|
-  // (session 49). The mainloop sums the rounded P on the tensor cores (CollectiveMainloop's
+  // (session 49). The mainloop sums the rounded P on the tensor cores (FwdMainloop's
   // kNormOnTc) and adds it here; the lse keeps the fp32 sum.
   float norm_sum[kFixedMax ? kRows : 1] = {};
   float scale_log2;      // softmax scale * log2(e)

@@ -87,7 +87,8 @@ static_assert(HOPATTN_SOFTCAP_RCP_ON_FMA_OF5 >= 0 && HOPATTN_SOFTCAP_RCP_ON_FMA_
 // kFixedMax_ (with kSoftcap_, bf16, d64/d128): the softcap kernel without a running max
 // (kSoftcapFixedMax); run_fwd_softcap launches it for caps up to 54.7 and the running-max kernel above.
 template <DType kDType, int kHeadDim_, bool kCausal, unsigned kFlags = kStageE, int kBlockNOverride = 0,
-          bool kVarlen_ = false, bool kLocal_ = false, bool kSoftcap_ = false, bool kFixedMax_ = false>
+          bool kVarlen_ = false, bool kLocal_ = false, bool kSoftcap_ = false, bool kFixedMax_ = false,
+          int kBlockMOverride = 0>
 struct FwdWsConfig : WsSchedule<kFlags> {
   static_assert(kHeadDim_ == 64 || kHeadDim_ == 128 || kHeadDim_ == 256, "head_dim must be 64, 128 or 256");
   static_assert(kDType == DType::kBF16 || kDType == DType::kFP16, "16-bit inputs only");
@@ -104,7 +105,9 @@ struct FwdWsConfig : WsSchedule<kFlags> {
   // Query rows per CTA. Each consumer warpgroup owns 64 rows (the WGMMA M). d64 uses three
   // consumer warpgroups (192 rows): its S/O fragments are small, so 160 registers per consumer
   // thread suffice and the third warpgroup amortises each K/V tile over more rows.
-  static constexpr int kBlockM = default_query_tile(kHeadDim);
+  // kBlockMOverride: 128 rows at d64 (fixed-length, unwindowed; heuristics::d64_query_tile picks it).
+  static constexpr int kBlockM = kBlockMOverride != 0 ? kBlockMOverride : default_query_tile(kHeadDim);
+  static_assert(kBlockM == 128 || kBlockM == 192, "two or three consumer warpgroups");
   // Keys per pipeline stage: default_key_tile (key_tile.hpp) says why each. d128 non-causal
   // launches also pick 128 or 160 by seqlen_k (d128_key_tile, fwd_ws_launch.cuh).
   static constexpr int kBlockN = kBlockNOverride != 0 ? kBlockNOverride : default_key_tile(kHeadDim, kCausal);
