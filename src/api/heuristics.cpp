@@ -8,7 +8,8 @@ namespace hopattn::heuristics {
 FwdTuning& fwd_tuning() {
   static FwdTuning t{env_override("HOPATTN_WS_SNAKE"), env_override("HOPATTN_WS_FOLD"),
                      env_override("HOPATTN_WS_VARLEN_BALANCE"), env_override("HOPATTN_FP8_KEY_TILE"),
-                     env_override("HOPATTN_D128_KEY_TILE"), env_override("HOPATTN_D64_QUERY_TILE")};
+                     env_override("HOPATTN_D128_KEY_TILE"), env_override("HOPATTN_D64_QUERY_TILE"),
+                     env_override("HOPATTN_D256_KEY_TILE")};
   return t;
 }
 
@@ -73,9 +74,9 @@ int d128_noncausal_key_tile(int64_t seqlen_k) {
   return seqlen_k <= 1024 ? 128 : seqlen_k <= 4096 ? 160 : 0;
 }
 
-int64_t d64_causal_tile_pairs(int64_t seqlen_q, int64_t seqlen_k, int block_m) {
-  constexpr int64_t kKeys = 128;  // sm90::ws::default_key_tile(64, true)
-  if (seqlen_q <= 0 || seqlen_k <= 0 || block_m <= 0) return 0;
+int64_t causal_tile_pairs(int64_t seqlen_q, int64_t seqlen_k, int block_m, int block_n) {
+  if (seqlen_q <= 0 || seqlen_k <= 0 || block_m <= 0 || block_n <= 0) return 0;
+  const int64_t keys_per_block = block_n;
   // FwdMainloop::row_shift: the padding a seqlen that is no multiple of the tile leaves, in whole
   // warpgroups (64 rows), goes before the first row.
   const int64_t shift = block_m % 128 != 0 ? (block_m - seqlen_q % block_m) % block_m / 64 * 64 : 0;
@@ -84,7 +85,7 @@ int64_t d64_causal_tile_pairs(int64_t seqlen_q, int64_t seqlen_k, int block_m) {
     const int64_t last = first + block_m - 1 < seqlen_q - 1 ? first + block_m - 1 : seqlen_q - 1;
     int64_t keys = last + 1 + seqlen_k - seqlen_q;  // the tile's last row sees keys [0, keys)
     keys = keys < 0 ? 0 : keys > seqlen_k ? seqlen_k : keys;
-    pairs += block_m * ((keys + kKeys - 1) / kKeys) * kKeys;
+    pairs += block_m * ((keys + keys_per_block - 1) / keys_per_block) * keys_per_block;
   }
   return pairs;
 }
@@ -104,9 +105,29 @@ int d64_causal_query_tile(int64_t seqlen_q, int64_t seqlen_k) {
   constexpr int64_t kMaxRows = 1024;
   constexpr double kMinPairRatio = 1.17;
   if (seqlen_q > kMaxRows) return 192;
-  const int64_t pairs128 = d64_causal_tile_pairs(seqlen_q, seqlen_k, 128);
+  const int64_t pairs128 = causal_tile_pairs(seqlen_q, seqlen_k, 128, 128);
   if (pairs128 == 0) return 192;
-  return double(d64_causal_tile_pairs(seqlen_q, seqlen_k, 192)) >= kMinPairRatio * double(pairs128) ? 128 : 192;
+  return double(causal_tile_pairs(seqlen_q, seqlen_k, 192, 128)) >= kMinPairRatio * double(pairs128) ? 128 : 192;
+}
+
+// Measured on an H100 (docs/perf-notes.md, session 53), 64-key against 80-key tiles: causal 512
+// +4.2%, 1k +2.7%, 2k -2.7%; non-causal 512 -0.3%, 1k -1.8%, 4k -0.8% (never taken). 80 keys do
+// not divide the 128-row tiles' diagonal: at 512 they compute 1.125x the pairs of 64-key tiles, at
+// 1k 1.059x, at 2k 1.029x, while a 64-key tile carries its block's fixed costs over fewer keys
+// (per pair computed, 0.93-0.97 of the 80-key rate). So 64 where the ratio is >= 1.05, for
+// seqlen_q <= 1k (the measured range).
+int d256_causal_key_tile(int64_t seqlen_q, int64_t seqlen_k) {
+  switch (fwd_tuning().d256_key_tile) {
+    case 64: return 64;
+    case 80: return 80;
+    default: break;
+  }
+  constexpr int64_t kMaxRows = 1024;
+  constexpr double kMinPairRatio = 1.05;
+  if (seqlen_q > kMaxRows) return 80;
+  const int64_t pairs64 = causal_tile_pairs(seqlen_q, seqlen_k, 128, 64);
+  if (pairs64 == 0) return 80;
+  return double(causal_tile_pairs(seqlen_q, seqlen_k, 128, 80)) >= kMinPairRatio * double(pairs64) ? 64 : 80;
 }
 
 }  // namespace hopattn::heuristics

@@ -17,6 +17,7 @@ struct FwdTuning {
   int fp8_key_tile = -1;          // HOPATTN_FP8_KEY_TILE=128/224
   int d128_key_tile = -1;         // HOPATTN_D128_KEY_TILE=128/160/176
   int d64_query_tile = -1;        // HOPATTN_D64_QUERY_TILE=128/192 (causal)
+  int d256_key_tile = -1;         // HOPATTN_D256_KEY_TILE=64/80 (causal)
 };
 FwdTuning& fwd_tuning();
 
@@ -43,12 +44,16 @@ int fp8_key_tile(int64_t head_dim, int64_t seqlen_k, bool varlen);
 int d128_noncausal_key_tile(int64_t seqlen_k);
 
 // Score pairs a causal call computes per (batch, head) with tiles of block_m query rows and
-// 128-key blocks (d64's key tile), bottom-right aligned; 192-row tiles start row_shift rows above
-// the sequence as the kernel's do (FwdMainloop's kRowShift), 128-row tiles at row 0.
-int64_t d64_causal_tile_pairs(int64_t seqlen_q, int64_t seqlen_k, int block_m);
+// block_n-key blocks, bottom-right aligned; tiles of a row count that is no multiple of 128 (d64's
+// 192) start row_shift rows above the sequence as the kernel's do (FwdMainloop's kRowShift).
+int64_t causal_tile_pairs(int64_t seqlen_q, int64_t seqlen_k, int block_m, int block_n);
 
 // Query rows per tile of the d64 fixed-length causal 16-bit kernel: 192 (the configuration's
 // default, sm90::ws::default_query_tile) or 128. HOPATTN_D64_QUERY_TILE=128/192 forces one.
 int d64_causal_query_tile(int64_t seqlen_q, int64_t seqlen_k);
+
+// Key tile of the d256 fixed-length causal 16-bit kernel: 80 (the configuration's default,
+// sm90::ws::default_key_tile) or 64. HOPATTN_D256_KEY_TILE=64/80 forces one.
+int d256_causal_key_tile(int64_t seqlen_q, int64_t seqlen_k);
 
 }  // namespace hopattn::heuristics

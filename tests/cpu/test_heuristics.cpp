@@ -41,27 +41,50 @@ TEST(Heuristics, D128KeyTileOverrideWins) {
 }
 
 // The pair count against a brute-force count over every (row, key block) of the tiling.
-TEST(Heuristics, D64CausalTilePairsMatchBruteForce) {
-  auto brute = [](int64_t sq, int64_t sk, int bm) {
-    const int64_t shift = bm == 192 ? (bm - sq % bm) % bm / 64 * 64 : 0;
+TEST(Heuristics, CausalTilePairsMatchBruteForce) {
+  auto brute = [](int64_t sq, int64_t sk, int bm, int bn) {
+    const int64_t shift = bm % 128 != 0 ? (bm - sq % bm) % bm / 64 * 64 : 0;
     int64_t pairs = 0;
     for (int64_t first = -shift; first < sq; first += bm) {
       int64_t blocks = 0;  // key blocks holding a key that some real row of the tile sees
-      for (int64_t n = 0; n * 128 < sk; ++n)
+      for (int64_t n = 0; n * bn < sk; ++n)
         for (int64_t r = first < 0 ? 0 : first; r < first + bm && r < sq; ++r)
-          if (n * 128 <= r + sk - sq) { ++blocks; break; }
-      pairs += bm * blocks * 128;
+          if (n * bn <= r + sk - sq) { ++blocks; break; }
+      pairs += bm * blocks * bn;
     }
     return pairs;
   };
   for (int64_t sq : {1, 17, 127, 128, 192, 255, 384, 512, 640, 768, 1000, 1024})
     for (int64_t sk : {sq, sq / 2, 2 * sq + 5, int64_t(4096)})
-      for (int bm : {128, 192}) EXPECT_EQ(d64_causal_tile_pairs(sq, sk, bm), brute(sq, sk, bm)) << sq << " x " << sk << " rows " << bm;
+      for (auto [bm, bn] : std::initializer_list<std::pair<int, int>>{{128, 128}, {192, 128}, {128, 80}, {128, 64}})
+        EXPECT_EQ(causal_tile_pairs(sq, sk, bm, bn), brute(sq, sk, bm, bn)) << sq << " x " << sk << ", " << bm << " x " << bn;
   // 512 square: 192-row tiles (64 padding rows first) 8 blocks, 128-row tiles 1 + 2 + 3 + 4.
-  EXPECT_EQ(d64_causal_tile_pairs(512, 512, 192), 8 * 192 * 128);
-  EXPECT_EQ(d64_causal_tile_pairs(512, 512, 128), 10 * 128 * 128);
-  EXPECT_EQ(d64_causal_tile_pairs(0, 512, 128), 0);
-  EXPECT_EQ(d64_causal_tile_pairs(512, 0, 192), 0);
+  EXPECT_EQ(causal_tile_pairs(512, 512, 192, 128), 8 * 192 * 128);
+  EXPECT_EQ(causal_tile_pairs(512, 512, 128, 128), 10 * 128 * 128);
+  // 80-key blocks against 128-row tiles at 512: 2 + 4 + 5 + 7 blocks; 64-key: 2 + 4 + 6 + 8.
+  EXPECT_EQ(causal_tile_pairs(512, 512, 128, 80), 18 * 128 * 80);
+  EXPECT_EQ(causal_tile_pairs(512, 512, 128, 64), 20 * 128 * 64);
+  EXPECT_EQ(causal_tile_pairs(0, 512, 128, 128), 0);
+  EXPECT_EQ(causal_tile_pairs(512, 0, 192, 128), 0);
+}
+
+TEST(Heuristics, D256CausalKeyTileByPairRatioAndOverride) {
+  FwdTuning& t = fwd_tuning();
+  const FwdTuning saved = t;
+  t.d256_key_tile = -1;
+  EXPECT_EQ(d256_causal_key_tile(512, 512), 64);    // 1.125x the pairs with 80 keys (measured +4.2% with 64)
+  EXPECT_EQ(d256_causal_key_tile(1024, 1024), 64);  // 1.059x (+2.7%)
+  EXPECT_EQ(d256_causal_key_tile(2048, 2048), 80);  // 1.029x (-2.7% with 64)
+  EXPECT_EQ(d256_causal_key_tile(512, 2048), 80);   // long rows of keys: 1.013x
+  EXPECT_EQ(d256_causal_key_tile(17, 0), 80);       // no keys
+  for (int64_t s = 1025; s < 20000; s += 131) EXPECT_EQ(d256_causal_key_tile(s, s), 80) << s;
+  t.d256_key_tile = 64;
+  EXPECT_EQ(d256_causal_key_tile(16384, 16384), 64);
+  t.d256_key_tile = 80;
+  EXPECT_EQ(d256_causal_key_tile(512, 512), 80);
+  t.d256_key_tile = 100;  // not a tile: ignored
+  EXPECT_EQ(d256_causal_key_tile(512, 512), 64);
+  t = saved;
 }
 
 TEST(Heuristics, D64CausalQueryTileByPairRatioAndOverride) {

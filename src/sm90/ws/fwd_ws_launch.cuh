@@ -180,10 +180,15 @@ cudaError_t run_fwd_ws(const AttnProblem& pr, cudaStream_t stream) {
                       : launch_fwd_ws<kDType, kHeadDim, false, kFlags, kBlockNOverride, true>(pr, stream);
     }
     if (pr.causal) {
-      // d64: 128 query rows where the 192-row tiling pads and masks much more (short sequences).
+      // Short sequences, where the default tiles pad and mask much more: d64 with 128 query rows
+      // (not 192), d256 with 64-key tiles (not 80, which do not divide the 128-row diagonal).
       if constexpr (kHeadDim == 64 && kBlockNOverride == 0) {
         if (heuristics::d64_causal_query_tile(pr.seqlen_q, pr.seqlen_k) == 128)
           return launch_fwd_ws<kDType, kHeadDim, true, kFlags, 0, false, false, false, false, 128>(pr, stream);
+      }
+      if constexpr (kHeadDim == 256 && kBlockNOverride == 0) {
+        if (heuristics::d256_causal_key_tile(pr.seqlen_q, pr.seqlen_k) == 64)
+          return launch_fwd_ws<kDType, kHeadDim, true, kFlags, 64>(pr, stream);
       }
       return launch_fwd_ws<kDType, kHeadDim, true, kFlags, kBlockNOverride>(pr, stream);
     }
