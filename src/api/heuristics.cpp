@@ -76,7 +76,6 @@ int d128_noncausal_key_tile(int64_t seqlen_k) {
 
 int64_t causal_tile_pairs(int64_t seqlen_q, int64_t seqlen_k, int block_m, int block_n) {
   if (seqlen_q <= 0 || seqlen_k <= 0 || block_m <= 0 || block_n <= 0) return 0;
-  const int64_t keys_per_block = block_n;
   // FwdMainloop::row_shift: the padding a seqlen that is no multiple of the tile leaves, in whole
   // warpgroups (64 rows), goes before the first row.
   const int64_t shift = block_m % 128 != 0 ? (block_m - seqlen_q % block_m) % block_m / 64 * 64 : 0;
@@ -85,7 +84,7 @@ int64_t causal_tile_pairs(int64_t seqlen_q, int64_t seqlen_k, int block_m, int b
     const int64_t last = first + block_m - 1 < seqlen_q - 1 ? first + block_m - 1 : seqlen_q - 1;
     int64_t keys = last + 1 + seqlen_k - seqlen_q;  // the tile's last row sees keys [0, keys)
     keys = keys < 0 ? 0 : keys > seqlen_k ? seqlen_k : keys;
-    pairs += block_m * ((keys + keys_per_block - 1) / keys_per_block) * keys_per_block;
+    pairs += int64_t(block_m) * ((keys + block_n - 1) / block_n) * block_n;
   }
   return pairs;
 }

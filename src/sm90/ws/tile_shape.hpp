@@ -103,9 +103,10 @@ struct FwdWsConfig : WsSchedule<kFlags> {
 
   static constexpr int kHeadDim = kHeadDim_;
   // Query rows per CTA. Each consumer warpgroup owns 64 rows (the WGMMA M). d64 uses three
-  // consumer warpgroups (192 rows): its S/O fragments are small, so 160 registers per consumer
-  // thread suffice and the third warpgroup amortises each K/V tile over more rows.
-  // kBlockMOverride: 128 rows at d64 (fixed-length, unwindowed; heuristics::d64_query_tile picks it).
+  // consumer warpgroups (192 rows) by default: its S/O fragments are small, so 160 registers per
+  // consumer thread suffice and the third warpgroup amortises each K/V tile over more rows.
+  // kBlockMOverride: 128 rows for short d64 fixed-length causal calls, which pad and mask less
+  // (heuristics::d64_causal_query_tile picks them).
   static constexpr int kBlockM = kBlockMOverride != 0 ? kBlockMOverride : default_query_tile(kHeadDim);
   static_assert(kBlockM == 128 || kBlockM == 192, "two or three consumer warpgroups");
   // Keys per pipeline stage: default_key_tile (key_tile.hpp) says why each. d128 non-causal
