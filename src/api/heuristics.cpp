@@ -89,44 +89,44 @@ int64_t causal_tile_pairs(int64_t seqlen_q, int64_t seqlen_k, int block_m, int b
   return pairs;
 }
 
+namespace {
+
+struct Tiling {
+  int rows, keys;
+};
+
+// Whether a short causal call should leave the default tiling for a smaller one: the default
+// computes >= min_ratio x the smaller one's score pairs. Only up to 1k query rows, the range
+// measured for both rules below (from there on the ratios stay under their bars anyway).
+bool smaller_tiling_pays(int64_t seqlen_q, int64_t seqlen_k, Tiling dflt, Tiling smaller, double min_ratio) {
+  constexpr int64_t kMaxRows = 1024;
+  if (seqlen_q > kMaxRows) return false;
+  const int64_t small = causal_tile_pairs(seqlen_q, seqlen_k, smaller.rows, smaller.keys);
+  return small > 0 && double(causal_tile_pairs(seqlen_q, seqlen_k, dflt.rows, dflt.keys)) >= min_ratio * double(small);
+}
+
+}  // namespace
+
 // Measured on an H100 (docs/perf-notes.md, session 53), the 128-row kernel against the 192-row one:
 // causal 512 +8.8%, 1k -5.5%, 2k -8.6%, 4k -10.2% (non-causal -4 to -9% at 512-4k: never taken).
 // Per score pair computed, 128-row tiles run at ~0.86 of the 192-row rate (2k: 0.914 x the 1.058
 // pair ratio), so they win where the 192-row tiling computes >= 1/0.86 = 1.16x their pairs: at 512
-// (1.20x, with the 64 padding rows) and below, not at 1k (1.12x). Only short sequences are
-// counted: from 1k rows on the ratio stays below the bar.
+// (1.20x, with the 64 padding rows) and below, not at 1k (1.12x).
 int d64_causal_query_tile(int64_t seqlen_q, int64_t seqlen_k) {
-  switch (fwd_tuning().d64_query_tile) {
-    case 128: return 128;
-    case 192: return 192;
-    default: break;
-  }
-  constexpr int64_t kMaxRows = 1024;
-  constexpr double kMinPairRatio = 1.17;
-  if (seqlen_q > kMaxRows) return 192;
-  const int64_t pairs128 = causal_tile_pairs(seqlen_q, seqlen_k, 128, 128);
-  if (pairs128 == 0) return 192;
-  return double(causal_tile_pairs(seqlen_q, seqlen_k, 192, 128)) >= kMinPairRatio * double(pairs128) ? 128 : 192;
+  const int forced = fwd_tuning().d64_query_tile;
+  if (forced == 128 || forced == 192) return forced;
+  return smaller_tiling_pays(seqlen_q, seqlen_k, {192, 128}, {128, 128}, 1.17) ? 128 : 192;
 }
 
 // Measured on an H100 (docs/perf-notes.md, session 53), 64-key against 80-key tiles: causal 512
 // +4.2%, 1k +2.7%, 2k -2.7%; non-causal 512 -0.3%, 1k -1.8%, 4k -0.8% (never taken). 80 keys do
 // not divide the 128-row tiles' diagonal: at 512 they compute 1.125x the pairs of 64-key tiles, at
 // 1k 1.059x, at 2k 1.029x, while a 64-key tile carries its block's fixed costs over fewer keys
-// (per pair computed, 0.93-0.97 of the 80-key rate). So 64 where the ratio is >= 1.05, for
-// seqlen_q <= 1k (the measured range).
+// (per pair computed, 0.93-0.97 of the 80-key rate). So 64 where the ratio is >= 1.05.
 int d256_causal_key_tile(int64_t seqlen_q, int64_t seqlen_k) {
-  switch (fwd_tuning().d256_key_tile) {
-    case 64: return 64;
-    case 80: return 80;
-    default: break;
-  }
-  constexpr int64_t kMaxRows = 1024;
-  constexpr double kMinPairRatio = 1.05;
-  if (seqlen_q > kMaxRows) return 80;
-  const int64_t pairs64 = causal_tile_pairs(seqlen_q, seqlen_k, 128, 64);
-  if (pairs64 == 0) return 80;
-  return double(causal_tile_pairs(seqlen_q, seqlen_k, 128, 80)) >= kMinPairRatio * double(pairs64) ? 64 : 80;
+  const int forced = fwd_tuning().d256_key_tile;
+  if (forced == 64 || forced == 80) return forced;
+  return smaller_tiling_pays(seqlen_q, seqlen_k, {128, 80}, {128, 64}, 1.05) ? 64 : 80;
 }
 
 }  // namespace hopattn::heuristics
