@@ -9,7 +9,7 @@ FwdTuning& fwd_tuning() {
   static FwdTuning t{env_override("HOPATTN_WS_SNAKE"), env_override("HOPATTN_WS_FOLD"),
                      env_override("HOPATTN_WS_VARLEN_BALANCE"), env_override("HOPATTN_FP8_KEY_TILE"),
                      env_override("HOPATTN_D128_KEY_TILE"), env_override("HOPATTN_D64_QUERY_TILE"),
-                     env_override("HOPATTN_D256_KEY_TILE")};
+                     env_override("HOPATTN_D256_KEY_TILE"), env_override("HOPATTN_FWD_CLUSTER")};
   return t;
 }
 
@@ -127,6 +127,11 @@ int d256_causal_key_tile(int64_t seqlen_q, int64_t seqlen_k) {
   const int forced = fwd_tuning().d256_key_tile;
   if (forced == 64 || forced == 80) return forced;
   return smaller_tiling_pays(seqlen_q, seqlen_k, {128, 80}, {128, 64}, 1.05) ? 64 : 80;
+}
+
+bool fwd_cluster(int64_t head_dim, int64_t query_blocks) {
+  if ((head_dim != 128 && head_dim != 256) || query_blocks <= 0 || query_blocks % 2 != 0) return false;
+  return forced_or(fwd_tuning().cluster, false);  // not yet measured: off unless forced
 }
 
 }  // namespace hopattn::heuristics

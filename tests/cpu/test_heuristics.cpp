@@ -87,6 +87,22 @@ TEST(Heuristics, D256CausalKeyTileByPairRatioAndOverride) {
   t = saved;
 }
 
+TEST(Heuristics, FwdClusterOnlyForEvenQueryBlocksAtD128AndD256) {
+  FwdTuning& t = fwd_tuning();
+  const FwdTuning saved = t;
+  t.cluster = 1;  // forced on: the shape conditions still apply
+  EXPECT_TRUE(fwd_cluster(128, 32));
+  EXPECT_TRUE(fwd_cluster(256, 2));
+  EXPECT_FALSE(fwd_cluster(128, 31));  // an odd count leaves a CTA of the last pair without a tile
+  EXPECT_FALSE(fwd_cluster(256, 1));
+  EXPECT_FALSE(fwd_cluster(128, 0));
+  EXPECT_FALSE(fwd_cluster(64, 32));   // d64's 192-row kernel has no clustered instantiation
+  t.cluster = 0;
+  EXPECT_FALSE(fwd_cluster(128, 32));
+  EXPECT_FALSE(fwd_cluster(256, 128));
+  t = saved;
+}
+
 TEST(Heuristics, D64CausalQueryTileByPairRatioAndOverride) {
   FwdTuning& t = fwd_tuning();
   const FwdTuning saved = t;
