@@ -59,7 +59,8 @@ int d256_causal_key_tile(int64_t seqlen_q, int64_t seqlen_k);
 
 // Whether a fixed-length non-causal 16-bit forward call of head_dim 128 or 256 runs as 2-CTA
 // clusters that share each K/V load (sm90::ws kBitCluster), given its 128-row query blocks per
-// head: only an even count pairs up. HOPATTN_FWD_CLUSTER=0/1 forces it (1 still needs the even count).
-bool fwd_cluster(int64_t head_dim, int64_t query_blocks);
+// head (only an even count pairs up) and its keys. HOPATTN_FWD_CLUSTER=0/1 forces it off or on (on
+// still needs the even count).
+bool fwd_cluster(int64_t head_dim, int64_t query_blocks, int64_t seqlen_k);
 
 }  // namespace hopattn::heuristics
