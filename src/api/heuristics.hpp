@@ -18,6 +18,7 @@ struct FwdTuning {
   int d128_key_tile = -1;         // HOPATTN_D128_KEY_TILE=128/160/176
   int d64_query_tile = -1;        // HOPATTN_D64_QUERY_TILE=128/192 (causal)
   int d256_key_tile = -1;         // HOPATTN_D256_KEY_TILE=64/80 (causal)
+  int cluster = -1;               // HOPATTN_FWD_CLUSTER=0/1 (d128/d256 non-causal CTA pairs)
 };
 FwdTuning& fwd_tuning();
 
@@ -55,5 +56,11 @@ int d64_causal_query_tile(int64_t seqlen_q, int64_t seqlen_k);
 // Key tile of the d256 fixed-length causal 16-bit kernel: 80 (the configuration's default,
 // sm90::ws::default_key_tile) or 64. HOPATTN_D256_KEY_TILE=64/80 forces one.
 int d256_causal_key_tile(int64_t seqlen_q, int64_t seqlen_k);
+
+// Whether a fixed-length non-causal 16-bit forward call of head_dim 128 or 256 runs as 2-CTA
+// clusters that share each K/V load (sm90::ws kBitCluster), given its 128-row query blocks per
+// head (only an even count pairs up) and its keys. HOPATTN_FWD_CLUSTER=0/1 forces it off or on (on
+// still needs the even count).
+bool fwd_cluster(int64_t head_dim, int64_t query_blocks, int64_t seqlen_k);
 
 }  // namespace hopattn::heuristics

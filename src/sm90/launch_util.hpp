@@ -37,4 +37,31 @@ inline cudaError_t current_device_sm_count(int* num_sms) {
   return cudaSuccess;
 }
 
+// Clusters of cluster_size CTAs of kKernel (block_threads threads, smem_bytes of dynamic shared
+// memory, already opted into) that can be resident at once on the current device: the grid of a
+// persistent clustered launch. Read once per device (the answer depends only on those arguments,
+// which are fixed per kernel).
+template <auto kKernel>
+cudaError_t max_active_clusters_once(int cluster_size, int block_threads, int smem_bytes, int* clusters) {
+  static std::atomic<int> cached[64] = {};
+  int device = 0;
+  if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
+  if (device < 64 && (*clusters = cached[device].load(std::memory_order_relaxed)) > 0) return cudaSuccess;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(unsigned(cluster_size), 1, 1);
+  cfg.blockDim = dim3(unsigned(block_threads), 1, 1);
+  cfg.dynamicSmemBytes = size_t(smem_bytes);
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = unsigned(cluster_size);
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  if (cudaError_t e = cudaOccupancyMaxActiveClusters(clusters, kKernel, &cfg); e != cudaSuccess) return e;
+  if (*clusters <= 0) return cudaErrorInvalidConfiguration;  // not even one cluster fits
+  if (device < 64) cached[device].store(*clusters, std::memory_order_relaxed);
+  return cudaSuccess;
+}
+
 }  // namespace hopattn::sm90

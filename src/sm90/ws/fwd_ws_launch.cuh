@@ -42,6 +42,35 @@ cudaError_t set_tail_split(const AttnProblem& pr, int num_sms, cudaStream_t stre
   return cudaMemsetAsync(base, 0, counter_bytes, stream);
 }
 
+// A clustered launch (Cfg::kClusterM CTAs a cluster): the round-robin hands cluster c's CTAs the
+// adjacent work indices k * grid + kClusterM * c + rank, i.e. query blocks 2u and 2u + 1 of one
+// (batch, head) when the query blocks per head are even (the caller's condition), so both CTAs walk
+// the same key blocks. As many clusters as can be resident, at most one unit of work each.
+template <class Cfg>
+cudaError_t launch_clustered(const typename FwdWsKernel<Cfg>::Params& params, cudaStream_t stream) {
+  using K = FwdWsKernel<Cfg>;
+  constexpr int kCm = Cfg::kClusterM;
+  if (params.order.num_m_blocks % kCm != 0) return cudaErrorNotSupported;
+  int clusters = 0;
+  if (cudaError_t e = max_active_clusters_once<&fwd_ws_kernel<Cfg>>(kCm, Cfg::kNumThreads, K::kSmemBytes, &clusters);
+      e != cudaSuccess)
+    return e;
+  const int units = params.order.num_tiles() / kCm;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(unsigned(kCm * (units < clusters ? units : clusters)), 1, 1);
+  cfg.blockDim = dim3(unsigned(Cfg::kNumThreads), 1, 1);
+  cfg.dynamicSmemBytes = size_t(K::kSmemBytes);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = unsigned(kCm);
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, fwd_ws_kernel<Cfg>, params);
+}
+
 // Launches the kernel of one configuration Cfg (FwdWsConfig or Fp8FwdConfig) on a validated
 // problem (AttnProblem, or Fp8AttnProblem whose .base it describes).
 template <class Cfg, class Problem>
@@ -124,8 +153,12 @@ cudaError_t launch_ws_config(const Problem& prob, const AttnProblem& pr, cudaStr
 
   // Above 48 KB, dynamic shared memory must be opted into per kernel (once per device).
   if (cudaError_t e = set_max_dynamic_smem_once<&fwd_ws_kernel<Cfg>>(K::kSmemBytes); e != cudaSuccess) return e;
-  fwd_ws_kernel<Cfg><<<grid, Cfg::kNumThreads, K::kSmemBytes, stream>>>(params);
-  return cudaGetLastError();
+  if constexpr (Cfg::kClusterM > 1) {
+    return launch_clustered<Cfg>(params, stream);
+  } else {
+    fwd_ws_kernel<Cfg><<<grid, Cfg::kNumThreads, K::kSmemBytes, stream>>>(params);
+    return cudaGetLastError();
+  }
 }
 
 // Launches one configuration; kFlags picks the stage (kStageA/B/C in tile_shape.hpp).
@@ -152,6 +185,19 @@ inline bool needs_local_kernel(const AttnProblem& pr) {
 inline bool ws_indices_fit(const AttnProblem& pr) {
   constexpr int64_t kMaxIndex = INT_MAX / 2;
   return pr.seqlen_q <= kMaxIndex && pr.seqlen_k <= kMaxIndex && pr.heads_q <= kMaxIndex && pr.batch <= kMaxIndex;
+}
+
+// Fixed-length, unmasked: d128's key tile by seqlen_k, the config's default elsewhere.
+template <DType kDType, int kHeadDim, unsigned kFlags, int kBlockNOverride = 0>
+cudaError_t run_fwd_ws_noncausal(const AttnProblem& pr, cudaStream_t stream) {
+  if constexpr (kHeadDim == 128 && kBlockNOverride == 0) {
+    switch (heuristics::d128_noncausal_key_tile(pr.seqlen_k)) {
+      case 128: return launch_fwd_ws<kDType, kHeadDim, false, kFlags, 128>(pr, stream);
+      case 160: return launch_fwd_ws<kDType, kHeadDim, false, kFlags, 160>(pr, stream);
+      default: break;
+    }
+  }
+  return launch_fwd_ws<kDType, kHeadDim, false, kFlags, kBlockNOverride>(pr, stream);
 }
 
 #ifndef HOPATTN_WS_STAGE
@@ -192,14 +238,12 @@ cudaError_t run_fwd_ws(const AttnProblem& pr, cudaStream_t stream) {
       }
       return launch_fwd_ws<kDType, kHeadDim, true, kFlags, kBlockNOverride>(pr, stream);
     }
-    if constexpr (kHeadDim == 128 && kBlockNOverride == 0) {
-      switch (heuristics::d128_noncausal_key_tile(pr.seqlen_k)) {
-        case 128: return launch_fwd_ws<kDType, kHeadDim, false, kFlags, 128>(pr, stream);
-        case 160: return launch_fwd_ws<kDType, kHeadDim, false, kFlags, 160>(pr, stream);
-        default: break;
-      }
+    // d128 and d256 in CTA pairs that share each K/V load (kBitCluster), where the rule takes them.
+    if constexpr (kHeadDim >= 128 && kBlockNOverride == 0 && (kFlags & kBitPersistent) != 0) {
+      const int64_t query_blocks = (pr.seqlen_q + 127) / 128;  // both head dims' 128-row tiles
+      if (heuristics::fwd_cluster(kHeadDim, query_blocks, pr.seqlen_k)) return run_fwd_ws_noncausal<kDType, kHeadDim, kFlags | kBitCluster>(pr, stream);
     }
-    return launch_fwd_ws<kDType, kHeadDim, false, kFlags, kBlockNOverride>(pr, stream);
+    return run_fwd_ws_noncausal<kDType, kHeadDim, kFlags, kBlockNOverride>(pr, stream);
   }
 }
 

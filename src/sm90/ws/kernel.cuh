@@ -45,7 +45,15 @@ struct FwdWsKernel {
   using Scheduler =
       std::conditional_t<Cfg::kVarlen, VarlenTileScheduler<Cfg::kCausalMask, Cfg::kBlockM, kDynamicOrder>,
                          StaticTileScheduler<Cfg::kCausalMask, Cfg::kPersistent, Cfg::kSnake, Cfg::kTailSplit>>;
-  using SharedStorage = typename Mainloop::SharedStorage;
+  // O in V's buffer with a cluster: the next tile's V reaches this CTA's buffer from both CTAs'
+  // producers (multicast), so each producer must wait for both CTAs' O stores, not only its own
+  // (kOutputStored is a CTA-local named barrier). An mbarrier per CTA takes one arrival from every
+  // consumer warpgroup of the cluster, as FlashAttention-3's barrier_O does.
+  static constexpr bool kClusterOInV = Cfg::kClusterM > 1 && Cfg::kOInV;
+  struct ClusterOInVStorage : Mainloop::SharedStorage {
+    uint64_t barrier_o;  // ClusterBarrier: every CTA's O store has read its V buffer
+  };
+  using SharedStorage = std::conditional_t<kClusterOInV, ClusterOInVStorage, typename Mainloop::SharedStorage>;
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
   static_assert(kSmemBytes <= 227 * 1024, "tile does not fit in shared memory");
 
@@ -58,6 +66,22 @@ struct FwdWsKernel {
 #endif
   };
 };
+
+// Arrives on the mbarrier at `bar`'s offset in CTA `cta` of the cluster, where `pred` holds. The
+// predicate stays inside the asm: CUTLASS's ClusterBarrier::arrive(cta, pred) branches on it, and a
+// lane-dependent branch inside the tile loop makes ptxas treat the key loop as divergent (see the
+// kOutputStored arrival below).
+__device__ __forceinline__ void arrive_on_cta_if(uint64_t* bar, uint32_t cta, bool pred) {
+  asm volatile(
+      "{\n\t.reg .pred p;\n\t.reg .b32 remote;\n\t"
+      "setp.ne.b32 p, %2, 0;\n\t"
+      "@p mapa.shared::cluster.u32 remote, %0, %1;\n\t"
+      "@p mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n\t"
+      "}"
+      :
+      : "r"(cute::cast_smem_ptr_to_uint(bar)), "r"(cta), "r"(static_cast<uint32_t>(pred))
+      : "memory");
+}
 
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
@@ -82,17 +106,25 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
     cute::prefetch_tma_descriptor(params.epilogue.tma_o.get_tma_descriptor());
     cutlass::arch::ClusterTransactionBarrier::init(&ss.barrier_q, 1);
     if constexpr (K::kDynamicOrder) K::Scheduler::init_slot(&ss.tile_slot, Cfg::kNumMmaThreads / 32);
+    if constexpr (K::kClusterOInV) cutlass::arch::ClusterBarrier::init(&ss.barrier_o, Cfg::kClusterM * Cfg::kNumConsumerWG);
   }
   typename Pipeline::Params pipe_params;
   pipe_params.transaction_bytes = Mainloop::kKBytes;
   pipe_params.role = warp_group == 0 ? Pipeline::ThreadCategory::Producer : Pipeline::ThreadCategory::Consumer;
   pipe_params.is_leader = threadIdx.x == 0;  // the one thread that issues TMA
   pipe_params.num_consumers = Cfg::kNumMmaThreads;
-  Pipeline pipe_k(ss.pipe_k, pipe_params, Shape<_1, _1, _1>{});
+  // With a cluster, a stage's empty barrier counts one arrival per consumer warpgroup of every CTA
+  // that writes into it (both, by multicast), and each consumer warpgroup's release arrives on the
+  // barriers of both CTAs; the full barrier expects the whole stage's bytes, both halves.
+  using ClusterShape = Shape<Int<Cfg::kClusterM>, _1, _1>;
+  Pipeline pipe_k(ss.pipe_k, pipe_params, ClusterShape{});
   pipe_params.transaction_bytes = Mainloop::kVBytes;  // FP8's kPv16: a 16-bit V stage is twice K's
-  Pipeline pipe_v(ss.pipe_v, pipe_params, Shape<_1, _1, _1>{});
+  Pipeline pipe_v(ss.pipe_v, pipe_params, ClusterShape{});
   Mainloop::init_shared(mp, ss, threadIdx.x);
-  __syncthreads();  // barrier inits (and init_shared's writes) visible before anyone uses them
+  // Barrier inits (and init_shared's writes) visible before anyone uses them: with a cluster, also to
+  // the other CTA, whose multicasts and releases land on this CTA's barriers.
+  if constexpr (Cfg::kClusterM > 1) cute::cluster_sync();
+  else __syncthreads();
 
   // Nothing computed above may stay live across setmaxnreg: a register above the new budget
   // would be spilled around it. So each role builds its own scheduler and mask afterwards.
@@ -118,6 +150,15 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
     // O in V's buffer (Cfg::kOInV): the previous tile's O store must have read V's buffer before
     // this tile's first V load overwrites it. Counted like `pending`, over tiles with keys.
     bool pending_o = false;
+    uint32_t o_phase = 0;  // kClusterOInV: barrier_o's phase, one per tile with keys
+    auto wait_output_stored = [&](uint32_t& phase) {
+      if constexpr (K::kClusterOInV) {
+        cutlass::arch::ClusterBarrier::wait(&ss.barrier_o, phase);
+        phase ^= 1u;
+      } else {
+        cutlass::arch::NamedBarrier::sync(kOutputStoredThreads, barrier_id(FwdBarrier::kOutputStored));
+      }
+    };
     int k = 0;
     for (int idx = sched.first(); sched.valid(idx); idx = sched.template next<true>(k, &ss.tile_slot), ++k) {
       // Varlen: the tile and its key-block range are warp-uniform but computed from per-lane
@@ -155,7 +196,7 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
           // the V loads wait for its O to leave V's buffer.
           if (cute::elect_one_sync()) loader.load_q(t.m_block);
           __syncwarp();
-          if (pending_o) cutlass::arch::NamedBarrier::sync(kOutputStoredThreads, barrier_id(FwdBarrier::kOutputStored));
+          if (pending_o) wait_output_stored(o_phase);
           pending_o = true;
         }
         if (cute::elect_one_sync()) {
@@ -186,11 +227,16 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
     // Take the consumers' release of the last Q, so no arrival is left pending at exit.
     if (pending) cutlass::arch::NamedBarrier::sync(Cfg::kNumMmaThreads + 32, barrier_id(FwdBarrier::kQueryEmpty));
     if constexpr (Cfg::kOInV) {
-      if (pending_o) cutlass::arch::NamedBarrier::sync(kOutputStoredThreads, barrier_id(FwdBarrier::kOutputStored));
+      if (pending_o) wait_output_stored(o_phase);
     }
     if constexpr (K::kDynamicOrder) sched.drain(k, &ss.tile_slot);
-    // Keep the producer alive until the consumers have released every stage it filled.
-    if (cute::elect_one_sync()) pipe_k.producer_tail(st_k);
+    // Keep the producer alive until the consumers have released every stage it filled. With a
+    // cluster, for V too: the other CTA's consumers arrive on this CTA's barriers, which must not
+    // have exited (its shared memory could belong to the next CTA on this SM by then).
+    if (cute::elect_one_sync()) {
+      pipe_k.producer_tail(st_k);
+      if constexpr (Cfg::kClusterM > 1) pipe_v.producer_tail(st_v);
+    }
     __syncwarp();
   } else {
     cutlass::arch::warpgroup_reg_alloc<Cfg::kConsumerRegs>();
@@ -282,7 +328,12 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
         if (cutlass::canonical_warp_idx_sync() % 4 == 0) {
           if (thread_idx % 128 == 0) cute::tma_store_wait<0>();
           __syncwarp();
-          cutlass::arch::NamedBarrier::arrive(kOutputStoredThreads, barrier_id(FwdBarrier::kOutputStored));
+          if constexpr (K::kClusterOInV) {
+            // Lane c arrives on CTA c's barrier.
+            arrive_on_cta_if(&ss.barrier_o, threadIdx.x % 32, threadIdx.x % 32 < Cfg::kClusterM);
+          } else {
+            cutlass::arch::NamedBarrier::arrive(kOutputStoredThreads, barrier_id(FwdBarrier::kOutputStored));
+          }
         }
       }
       if constexpr (!Cfg::kOOutsideQ) {

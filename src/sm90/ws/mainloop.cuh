@@ -220,12 +220,17 @@ struct FwdMainloop {
   using GTensor = decltype(cute::make_tensor(cute::make_gmem_ptr(static_cast<const E*>(nullptr)), GShape{}, Stride{}));
   using TmaQ = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GTensor<GStrideRows>{}, SmemLayoutQ{},
                                             cute::Shape<BM, HD>{}, cute::_1{}));
-  using TmaK = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GTensor<GStrideRows>{},
-                                            cute::take<0, 2>(SmemLayoutK{}), cute::Shape<BN, HD>{}, cute::_1{}));
   // V as (head_dim, keys): 16-bit V is head_dim-contiguous; FP8's V^T is keys-contiguous.
   using GStrideV = std::conditional_t<kV8, GStrideRows, GStrideCols>;
-  using TmaV = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GTensor<GStrideV, ElementV>{},
-                                            cute::take<0, 2>(SmemLayoutVt{}), cute::Shape<HD, BN>{}, cute::_1{}));
+  // Cfg::kClusterM > 1: each CTA of the cluster loads 1 / kClusterM of every K/V tile (CuTe cuts the
+  // box) and multicasts it into the same stage of every CTA of the cluster.
+  static constexpr int kClusterM = Cfg::kClusterM;
+  using TmaLoadKV = std::conditional_t<(kClusterM > 1), cute::SM90_TMA_LOAD_MULTICAST, cute::SM90_TMA_LOAD>;
+  using TmaK = decltype(cute::make_tma_copy(TmaLoadKV{}, GTensor<GStrideRows>{}, cute::take<0, 2>(SmemLayoutK{}),
+                                            cute::Shape<BN, HD>{}, cute::Int<kClusterM>{}));
+  using TmaV = decltype(cute::make_tma_copy(TmaLoadKV{}, GTensor<GStrideV, ElementV>{},
+                                            cute::take<0, 2>(SmemLayoutVt{}), cute::Shape<HD, BN>{},
+                                            cute::Int<kClusterM>{}));
 
   static constexpr uint32_t kQBytes = kBlockM * kHeadDim * sizeof(Element);
   static constexpr uint32_t kKBytes = kBlockN * kHeadDim * sizeof(Element);   // one K stage
@@ -427,8 +432,8 @@ struct FwdMainloop {
     }();
     const WindowBounds w = make_window(pr.window_left, pr.window_right, pr.seqlen_q, pr.seqlen_k);
     Params p{make_tma_copy(SM90_TMA_LOAD{}, mQ, SmemLayoutQ{}, Shape<BM, HD>{}, _1{}),
-             make_tma_copy(SM90_TMA_LOAD{}, mK, take<0, 2>(SmemLayoutK{}), Shape<BN, HD>{}, _1{}),
-             make_tma_copy(SM90_TMA_LOAD{}, mVt, take<0, 2>(SmemLayoutVt{}), Shape<HD, BN>{}, _1{}),
+             make_tma_copy(TmaLoadKV{}, mK, take<0, 2>(SmemLayoutK{}), Shape<BN, HD>{}, Int<kClusterM>{}),
+             make_tma_copy(TmaLoadKV{}, mVt, take<0, 2>(SmemLayoutVt{}), Shape<HD, BN>{}, Int<kClusterM>{}),
              sq, sk, hq, hk, b, int(pr.group()), pr.scale, pr.scale * 1.4426950408889634f, {},
              rows_q, rows_k, bext, rows_v, kv_ext, pr.cu_seqlens_q, pr.cu_seqlens_k, pr.seqused_q, pr.seqused_k,
              w.left, w.right, Softcap::make(pr.softcap, pr.scale), nullptr, 0, 0, row_shift(sq)};
@@ -500,14 +505,14 @@ struct FwdMainloop {
       Tensor mK = p.tma_k.get_tma_tensor(make_shape(p.rows_k, int(kHeadDim), p.heads_kv, p.kv_extent));
       Tensor mKs = from_row<0>(mK(_, _, head / p.group, batch), si.offset_k - shift);
       Tensor gK = local_tile(mKs, Shape<BN, HD>{}, make_coord(_, _0{}));
-      return p.tma_k.get_slice(_0{}).partition_S(gK);  // (TMA, 1, 1, n_block)
+      return p.tma_k.get_slice(cluster_rank()).partition_S(gK);  // (TMA, 1, 1, n_block)
     }
     __device__ auto v_src(int batch, int shift) const {
       using namespace cute;
       Tensor mV = p.tma_v.get_tma_tensor(make_shape(int(kHeadDim), p.rows_v, p.heads_kv, p.kv_extent));
       Tensor mVs = from_row<1>(mV(_, _, head / p.group, batch), si.offset_v - shift);
       Tensor gV = local_tile(mVs, Shape<HD, BN>{}, make_coord(_0{}, _));
-      return p.tma_v.get_slice(_0{}).partition_S(gV);  // (TMA, 1, 1, n_block)
+      return p.tma_v.get_slice(cluster_rank()).partition_S(gV);  // (TMA, 1, 1, n_block)
     }
 
     __device__ void load_q(int m_block) const {
@@ -521,23 +526,35 @@ struct FwdMainloop {
       copy(p.tma_q.with(ss.barrier_q), cta.partition_S(gQ), cta.partition_D(sQ));
     }
 
+    // This CTA's part of a multicast K/V tile (0 without a cluster: the whole tile).
+    __device__ static auto cluster_rank() {
+      if constexpr (kClusterM > 1) return int(cute::block_rank_in_cluster());
+      else return cute::_0{};
+    }
+    // The TMA K/V copy bound to a stage's full barrier: every CTA of the cluster receives the part.
+    template <class Tma>
+    __device__ static auto kv_copy(const Tma& tma, uint64_t& full) {
+      if constexpr (kClusterM > 1) return tma.with(full, uint16_t((1u << kClusterM) - 1u));
+      else return tma.with(full);
+    }
+
     __device__ void load_k(Pipeline& pipe, PipelineState st, int n_block) const {
       using namespace cute;
       Tensor sK = make_tensor(make_smem_ptr(ss.k.data()), SmemLayoutK{});
-      Tensor tKsK = p.tma_k.get_slice(_0{}).partition_D(sK);
+      Tensor tKsK = p.tma_k.get_slice(cluster_rank()).partition_D(sK);
       const BlockPlace at = place(n_block);  // a paged lookup: read-ahead gained <= 1% (perf-notes)
       pipe.producer_acquire(st);
-      copy(p.tma_k.with(*pipe.producer_get_barrier(st)), k_src(at.batch, load_shift(n_block))(_, _, _, at.block),
+      copy(kv_copy(p.tma_k, *pipe.producer_get_barrier(st)), k_src(at.batch, load_shift(n_block))(_, _, _, at.block),
            tKsK(_, _, _, st.index()));
     }
 
     __device__ void load_v(Pipeline& pipe, PipelineState st, int n_block) const {
       using namespace cute;
       Tensor sV = make_tensor(make_smem_ptr(ss.v.data()), SmemLayoutVt{});
-      Tensor tVsV = p.tma_v.get_slice(_0{}).partition_D(sV);
+      Tensor tVsV = p.tma_v.get_slice(cluster_rank()).partition_D(sV);
       const BlockPlace at = place(n_block);
       pipe.producer_acquire(st);
-      copy(p.tma_v.with(*pipe.producer_get_barrier(st)), v_src(at.batch, load_shift(n_block))(_, _, _, at.block),
+      copy(kv_copy(p.tma_v, *pipe.producer_get_barrier(st)), v_src(at.batch, load_shift(n_block))(_, _, _, at.block),
            tVsV(_, _, _, st.index()));
     }
 

@@ -44,6 +44,9 @@ enum StageBits : unsigned {
                             // that drew the longest causal tile draws the shortest next
   kBitOInV = 128u,          // where no separate O fits: O staged in V's buffer (drained at the tile's
                             // end) instead of Q's, so the next Q and first K load under the epilogue
+  kBitCluster = 256u,       // non-causal fixed-length: CTA pairs (a 2-CTA cluster) run adjacent query
+                            // tiles of one head and split each K/V load, TMA-multicast to both
+                            // (FwdWsConfig::kClusterM). Not in kStageE: the launch asks for it.
 };
 inline constexpr unsigned kStageA = 0u;
 inline constexpr unsigned kStageB = kBitPersistent;
@@ -159,6 +162,14 @@ struct FwdWsConfig : WsSchedule<kFlags> {
   // Fixed-length, unwindowed, two warpgroups: the configurations measured. Causal at d256 only
   // (d64 and d128 causal have a separate O): the handshake's 3 LDL/STL in its key loop (session 43)
   // went with the uniform turn index, and its causal tiles are short, so the boundary weighs more.
+  // kBitCluster: two CTAs of a cluster take query blocks 2u and 2u+1 of one (batch, head), whose
+  // key blocks are the same (no mask), and each issues half of every K/V tile, multicast into both
+  // CTAs' stages: the L2-to-SM traffic of K and V halves (FlashAttention-3's ClusterM = 2 for
+  // 16-bit d >= 128 non-causal). The CTAs then move in lockstep, a stage being free only once both
+  // have released it (PipelineTmaAsync's cluster arrivals). Fixed-length, unmasked, persistent.
+  static constexpr int kClusterM =
+      (kFlags & kBitCluster) != 0 && !kCausal && !kVarlen_ && !kLocal_ && WsSchedule<kFlags>::kPersistent ? 2 : 1;
+  static_assert((kFlags & kBitCluster) == 0 || kClusterM == 2, "kBitCluster: fixed-length, unmasked, persistent");
   static constexpr bool kOInV = (kFlags & kBitOInV) != 0 && kPersistent && !kSeparateO &&
                                 (!kCausal || kHeadDim == 256) && !kVarlen_ && !kLocal_ && kBlockM == 128 &&
                                 kBlockM * kHeadDim <= kStages * kBlockN * kHeadDim;
@@ -176,7 +187,9 @@ struct FwdWsConfig : WsSchedule<kFlags> {
   // partial wave a static split can fill. Not d256: there the merge's code took the kernel from 32
   // to 532 bytes of spills (its 64x256 O is 128 of the 240 registers), and the paper grid's d256
   // calls never split (api/fwd_tail_split.cpp).
-  static constexpr bool kTailSplit = !kCausal && !kVarlen_ && WsSchedule<kFlags>::kPersistent && kHeadDim != 256;
+  // Not with a cluster: its pieces would need pairs of CTAs to split alike.
+  static constexpr bool kTailSplit =
+      !kCausal && !kVarlen_ && WsSchedule<kFlags>::kPersistent && kHeadDim != 256 && kClusterM == 1;
   // Causal 192-row tiles (d64) aligned to the sequence's end (FwdMainloop::row_shift): the
   // padding rows of a seqlen that is no multiple of 192 go to the first tile, which sees the
   // fewest keys, instead of the last, which sees them all. Packed batches too (per sequence); not
@@ -235,6 +248,7 @@ struct Fp8FwdConfig : WsSchedule<kFlags> {
   // O is 16-bit and Q 8-bit: O never fits Q's buffer, so it always has its own.
   static constexpr bool kSeparateO = true;
   static constexpr bool kOInV = false;
+  static constexpr int kClusterM = 1;  // FwdWsConfig's; not built for FP8
   static constexpr bool kOOutsideQ = true;
   static constexpr bool kEarlyQ = (kFlags & kBitEarlyQ) != 0;
   // FwdWsConfig::kHoldP's overlap measured 3-18% slower here (d64 the most): off.
