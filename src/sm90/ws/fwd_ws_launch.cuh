@@ -55,7 +55,7 @@ cudaError_t launch_clustered(const typename FwdWsKernel<Cfg>::Params& params, cu
   if (cudaError_t e = max_active_clusters_once<&fwd_ws_kernel<Cfg>>(kCm, Cfg::kNumThreads, K::kSmemBytes, &clusters);
       e != cudaSuccess)
     return e;
-  const int units = params.order.num_tiles() / kCm;
+  const int units = K::Scheduler::grid_size(params.order, INT_MAX) / kCm;  // work indices: tiles and pieces
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(unsigned(kCm * (units < clusters ? units : clusters)), 1, 1);
   cfg.blockDim = dim3(unsigned(Cfg::kNumThreads), 1, 1);
@@ -144,7 +144,10 @@ cudaError_t launch_ws_config(const Problem& prob, const AttnProblem& pr, cudaStr
     int num_sms = 0;
     if (cudaError_t e = current_device_sm_count(&num_sms); e != cudaSuccess) return e;
     if constexpr (Cfg::kTailSplit) {
-      if (pr.tail_split_pieces > 1) {
+      // A cluster's pair of work indices must be one piece of the two tiles of a pair: an odd
+      // number of split tiles (an odd SM count) would shift them, so such a call does not split.
+      const bool pairs_align = Cfg::kClusterM == 1 || (params.order.num_tiles() % num_sms) % 2 == 0;
+      if (pr.tail_split_pieces > 1 && pairs_align) {
         if (cudaError_t e = set_tail_split<Cfg>(pr, num_sms, stream, &params.order); e != cudaSuccess) return e;
       }
     }

@@ -187,9 +187,10 @@ struct FwdWsConfig : WsSchedule<kFlags> {
   // partial wave a static split can fill. Not d256: there the merge's code took the kernel from 32
   // to 532 bytes of spills (its 64x256 O is 128 of the 240 registers), and the paper grid's d256
   // calls never split (api/fwd_tail_split.cpp).
-  // Not with a cluster: its pieces would need pairs of CTAs to split alike.
-  static constexpr bool kTailSplit =
-      !kCausal && !kVarlen_ && WsSchedule<kFlags>::kPersistent && kHeadDim != 256 && kClusterM == 1;
+  // With a cluster too: piece p of split tile s is work index first + p * tiles + s, so when first
+  // and tiles are even (launch_ws_config checks) a cluster's two indices are the same piece of the
+  // two tiles of one pair, with the same key blocks.
+  static constexpr bool kTailSplit = !kCausal && !kVarlen_ && WsSchedule<kFlags>::kPersistent && kHeadDim != 256;
   // Causal 192-row tiles (d64) aligned to the sequence's end (FwdMainloop::row_shift): the
   // padding rows of a seqlen that is no multiple of 192 go to the first tile, which sees the
   // fewest keys, instead of the last, which sees them all. Packed batches too (per sequence); not
