@@ -129,14 +129,14 @@ int d256_causal_key_tile(int64_t seqlen_q, int64_t seqlen_k) {
   return smaller_tiling_pays(seqlen_q, seqlen_k, {128, 80}, {128, 64}, 1.05) ? 64 : 80;
 }
 
-// Measured on an H100 (docs/perf-notes.md, session 54), clusters against single CTAs, 3 rounds:
-// d128 1k -2.5%, 2k +4.2%, 4k +0.8%, 8k +1.2%, 16k +2.1% (every round); d256 1k -3.0%, 2k -0.8%,
-// 4k +0.5%, 16k +0.9%. Short tiles lose: the pair moves in lockstep (a stage is free only when both
-// CTAs have released it), and the single-CTA kernel keeps its tail split. So d128 from 2k keys and
-// d256 from 8k, where the halved K/V traffic from L2 pays.
+// Measured on an H100 (docs/perf-notes.md, session 54), clusters against single CTAs, two A/Bs of 3
+// rounds each: d128 1k -2.5%, 2k +4.2% / -1.4% and 4k +0.8% / +0.4% (level), 8k +1.2% / +2.8%,
+// 16k +2.1% / +1.8%; d256 1k -3.0%, 2k -0.8%, 4k +0.5%, 8k -0.7%, 16k +0.9% / +1.8%. Short tiles
+// lose: the pair moves in lockstep (a stage is free only when both CTAs have released it). So d128
+// from 4k keys (level there, a gain from 8k) and d256 from 16k.
 bool fwd_cluster(int64_t head_dim, int64_t query_blocks, int64_t seqlen_k) {
   if ((head_dim != 128 && head_dim != 256) || query_blocks <= 0 || query_blocks % 2 != 0) return false;
-  return forced_or(fwd_tuning().cluster, seqlen_k >= (head_dim == 128 ? 2048 : 8192));
+  return forced_or(fwd_tuning().cluster, seqlen_k >= (head_dim == 128 ? 4096 : 16384));
 }
 
 }  // namespace hopattn::heuristics
