@@ -244,7 +244,8 @@ cudaError_t run_fwd_ws(const AttnProblem& pr, cudaStream_t stream) {
     // d128 and d256 in CTA pairs that share each K/V load (kBitCluster), where the rule takes them.
     if constexpr (kHeadDim >= 128 && kBlockNOverride == 0 && (kFlags & kBitPersistent) != 0) {
       const int64_t query_blocks = (pr.seqlen_q + 127) / 128;  // both head dims' 128-row tiles
-      if (heuristics::fwd_cluster(kHeadDim, query_blocks, pr.seqlen_k)) return run_fwd_ws_noncausal<kDType, kHeadDim, kFlags | kBitCluster>(pr, stream);
+      if (heuristics::fwd_cluster(kHeadDim, query_blocks, pr.seqlen_k))
+        return run_fwd_ws_noncausal<kDType, kHeadDim, kFlags | kBitCluster>(pr, stream);
     }
     return run_fwd_ws_noncausal<kDType, kHeadDim, kFlags, kBlockNOverride>(pr, stream);
   }

@@ -155,13 +155,6 @@ struct FwdWsConfig : WsSchedule<kFlags> {
   static constexpr int kSmemWithSeparateO =
       (2 * kBlockM * kHeadDim + 2 * kStages * kBlockN * kHeadDim) * kElementBytes + 1024;
   static constexpr bool kSeparateO = (kFlags & kBitSeparateO) != 0 && kPersistent && kSmemWithSeparateO <= 227 * 1024;
-  // Where no separate O fits, O goes through V's buffer (as FlashAttention-3's does) rather than
-  // Q's: V is dead once both warpgroups' last P V has completed, so the producer can load the next
-  // tile's Q and first K while O drains, and the next tile's first S GEMM runs under this epilogue
-  // (Q's buffer made every tile wait for the last warpgroup's store and then a whole Q load).
-  // Fixed-length, unwindowed, two warpgroups: the configurations measured. Causal at d256 only
-  // (d64 and d128 causal have a separate O): the handshake's 3 LDL/STL in its key loop (session 43)
-  // went with the uniform turn index, and its causal tiles are short, so the boundary weighs more.
   // kBitCluster: two CTAs of a cluster take query blocks 2u and 2u+1 of one (batch, head), whose
   // key blocks are the same (no mask), and each issues half of every K/V tile, multicast into both
   // CTAs' stages: the L2-to-SM traffic of K and V halves (FlashAttention-3's ClusterM = 2 for
@@ -170,6 +163,15 @@ struct FwdWsConfig : WsSchedule<kFlags> {
   static constexpr int kClusterM =
       (kFlags & kBitCluster) != 0 && !kCausal && !kVarlen_ && !kLocal_ && WsSchedule<kFlags>::kPersistent ? 2 : 1;
   static_assert((kFlags & kBitCluster) == 0 || kClusterM == 2, "kBitCluster: fixed-length, unmasked, persistent");
+  // Where no separate O fits, O goes through V's buffer (as FlashAttention-3's does) rather than
+  // Q's: V is dead once both warpgroups' last P V has completed, so the producer can load the next
+  // tile's Q and first K while O drains, and the next tile's first S GEMM runs under this epilogue
+  // (Q's buffer made every tile wait for the last warpgroup's store and then a whole Q load).
+  // Fixed-length, unwindowed, two warpgroups: the configurations measured. Causal at d256 only
+  // (d64 and d128 causal have a separate O): the handshake's 3 LDL/STL in its key loop (session 43)
+  // went with the uniform turn index, and its causal tiles are short, so the boundary weighs more.
+  // With a cluster the other CTA's producer writes this CTA's V buffer too: the kernel then waits
+  // for both CTAs' O stores (FwdWsKernel::kClusterOInV).
   static constexpr bool kOInV = (kFlags & kBitOInV) != 0 && kPersistent && !kSeparateO &&
                                 (!kCausal || kHeadDim == 256) && !kVarlen_ && !kLocal_ && kBlockM == 128 &&
                                 kBlockM * kHeadDim <= kStages * kBlockN * kHeadDim;
