@@ -37,6 +37,26 @@ inline cudaError_t current_device_sm_count(int* num_sms) {
   return cudaSuccess;
 }
 
+// A launch of `grid` CTAs of `block` threads with `smem` bytes of dynamic shared memory, in clusters
+// of cluster_x CTAs along x. `attr` is the caller's and must live until the launch: the config
+// points at it.
+inline cudaLaunchConfig_t cluster_launch_config(unsigned grid, unsigned block, size_t smem, unsigned cluster_x,
+                                                cudaStream_t stream, cudaLaunchAttribute* attr) {
+  *attr = cudaLaunchAttribute{};
+  attr->id = cudaLaunchAttributeClusterDimension;
+  attr->val.clusterDim.x = cluster_x;
+  attr->val.clusterDim.y = 1;
+  attr->val.clusterDim.z = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(grid, 1, 1);
+  cfg.blockDim = dim3(block, 1, 1);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cfg;
+}
+
 // Clusters of cluster_size CTAs of kKernel (block_threads threads, smem_bytes of dynamic shared
 // memory, already opted into) that can be resident at once on the current device: the grid of a
 // persistent clustered launch. Read once per device (the answer depends only on those arguments,
@@ -47,17 +67,9 @@ cudaError_t max_active_clusters_once(int cluster_size, int block_threads, int sm
   int device = 0;
   if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
   if (device < 64 && (*clusters = cached[device].load(std::memory_order_relaxed)) > 0) return cudaSuccess;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(unsigned(cluster_size), 1, 1);
-  cfg.blockDim = dim3(unsigned(block_threads), 1, 1);
-  cfg.dynamicSmemBytes = size_t(smem_bytes);
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = unsigned(cluster_size);
-  attr.val.clusterDim.y = 1;
-  attr.val.clusterDim.z = 1;
-  cfg.attrs = &attr;
-  cfg.numAttrs = 1;
+  cudaLaunchAttribute attr;
+  const cudaLaunchConfig_t cfg = cluster_launch_config(unsigned(cluster_size), unsigned(block_threads),
+                                                       size_t(smem_bytes), unsigned(cluster_size), nullptr, &attr);
   if (cudaError_t e = cudaOccupancyMaxActiveClusters(clusters, kKernel, &cfg); e != cudaSuccess) return e;
   if (*clusters <= 0) return cudaErrorInvalidConfiguration;  // not even one cluster fits
   if (device < 64) cached[device].store(*clusters, std::memory_order_relaxed);

@@ -56,18 +56,10 @@ cudaError_t launch_clustered(const typename FwdWsKernel<Cfg>::Params& params, cu
       e != cudaSuccess)
     return e;
   const int units = K::Scheduler::grid_size(params.order, INT_MAX) / kCm;  // work indices: tiles and pieces
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(unsigned(kCm * (units < clusters ? units : clusters)), 1, 1);
-  cfg.blockDim = dim3(unsigned(Cfg::kNumThreads), 1, 1);
-  cfg.dynamicSmemBytes = size_t(K::kSmemBytes);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = unsigned(kCm);
-  attr.val.clusterDim.y = 1;
-  attr.val.clusterDim.z = 1;
-  cfg.attrs = &attr;
-  cfg.numAttrs = 1;
+  cudaLaunchAttribute attr;
+  const cudaLaunchConfig_t cfg = cluster_launch_config(unsigned(kCm * (units < clusters ? units : clusters)),
+                                                       unsigned(Cfg::kNumThreads), size_t(K::kSmemBytes),
+                                                       unsigned(kCm), stream, &attr);
   return cudaLaunchKernelEx(&cfg, fwd_ws_kernel<Cfg>, params);
 }
 
