@@ -227,6 +227,13 @@ struct FwdMainloop {
   // box) and multicasts it into the same stage of every CTA of the cluster.
   static constexpr int kClusterM = Cfg::kClusterM;
   static_assert(kClusterM <= 2, "release_stage_in_pair arrives on two CTAs");
+  // How a consumer warpgroup of a 2-CTA cluster releases a K/V stage. CUTLASS's consumer_release
+  // holds a per-thread (pred, cta) pair per pipeline; at 240 registers ptxas spills both pairs and
+  // reads them back with 3-4 LDL per key block. release_stage_in_pair takes them from %tid.x at
+  // each release: no LDL, and at d256 0.8% faster (H100, 16k, 7 of 7 rounds), but at d128 1.5%
+  // slower at 16k and 1% at 8k (7 of 7; the loop's instruction count unchanged, its schedule not).
+  // So d128 keeps CUTLASS's release and its LDLs (docs/perf-notes.md, session 55).
+  static constexpr bool kPairReleaseFromTid = kClusterM > 1 && Cfg::kHeadDim == 256;
   using TmaLoadKV = std::conditional_t<(kClusterM > 1), cute::SM90_TMA_LOAD_MULTICAST, cute::SM90_TMA_LOAD>;
   using TmaK = decltype(cute::make_tma_copy(TmaLoadKV{}, GTensor<GStrideRows>{}, cute::take<0, 2>(SmemLayoutK{}),
                                             cute::Shape<BN, HD>{}, cute::Int<kClusterM>{}));
@@ -759,13 +766,13 @@ struct FwdMainloop {
       else softmax.update(s_rc, factor);
     };
 
-    // A stage's release: with a cluster, one thread per warpgroup per CTA (release_stage_in_pair).
+    // A stage's release (see kPairReleaseFromTid).
     auto release_k = [&](PipelineState s) {
-      if constexpr (kClusterM > 1) release_stage_in_pair(stage_barrier(ss.pipe_k.empty_barrier_[s.index()]));
+      if constexpr (kPairReleaseFromTid) release_stage_in_pair(stage_barrier(ss.pipe_k.empty_barrier_[s.index()]));
       else pipe_k.consumer_release(s);
     };
     auto release_v = [&](PipelineState s) {
-      if constexpr (kClusterM > 1) release_stage_in_pair(stage_barrier(ss.pipe_v.empty_barrier_[s.index()]));
+      if constexpr (kPairReleaseFromTid) release_stage_in_pair(stage_barrier(ss.pipe_v.empty_barrier_[s.index()]));
       else pipe_v.consumer_release(s);
     };
 
