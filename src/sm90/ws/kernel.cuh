@@ -14,6 +14,7 @@
 #include <cutlass/arch/reg_reconfig.h>
 #include <cutlass/pipeline/pipeline.hpp>
 
+#include "sm90/ws/cluster_arrive.cuh"
 #include "sm90/ws/epilogue.cuh"
 #include "sm90/ws/mainloop.cuh"
 #include "sm90/ws/named_barriers.hpp"
@@ -66,22 +67,6 @@ struct FwdWsKernel {
 #endif
   };
 };
-
-// Arrives on the mbarrier at `bar`'s offset in CTA `cta` of the cluster, where `pred` holds. The
-// predicate stays inside the asm: CUTLASS's ClusterBarrier::arrive(cta, pred) branches on it, and a
-// lane-dependent branch inside the tile loop makes ptxas treat the key loop as divergent (see the
-// kOutputStored arrival below).
-__device__ __forceinline__ void arrive_on_cta_if(uint64_t* bar, uint32_t cta, bool pred) {
-  asm volatile(
-      "{\n\t.reg .pred p;\n\t.reg .b32 remote;\n\t"
-      "setp.ne.b32 p, %2, 0;\n\t"
-      "@p mapa.shared::cluster.u32 remote, %0, %1;\n\t"
-      "@p mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n\t"
-      "}"
-      :
-      : "r"(cute::cast_smem_ptr_to_uint(bar)), "r"(cta), "r"(static_cast<uint32_t>(pred))
-      : "memory");
-}
 
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::kNumThreads, 1)

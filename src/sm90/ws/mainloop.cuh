@@ -13,6 +13,7 @@
 #include "api/problem.hpp"
 #include "sm90/fp8/layout.hpp"
 #include "sm90/fp8/unrotate.cuh"
+#include "sm90/ws/cluster_arrive.cuh"
 #include "sm90/ws/fragment_layout.cuh"
 #include "sm90/ws/mask.cuh"
 #include "sm90/ws/named_barriers.hpp"
@@ -225,6 +226,14 @@ struct FwdMainloop {
   // Cfg::kClusterM > 1: each CTA of the cluster loads 1 / kClusterM of every K/V tile (CuTe cuts the
   // box) and multicasts it into the same stage of every CTA of the cluster.
   static constexpr int kClusterM = Cfg::kClusterM;
+  static_assert(kClusterM <= 2, "release_stage_in_pair arrives on two CTAs");
+  // How a consumer warpgroup of a 2-CTA cluster releases a K/V stage. CUTLASS's consumer_release
+  // holds a per-thread (pred, cta) pair per pipeline; at 240 registers ptxas spills both pairs and
+  // reads them back with 3-4 LDL per key block. release_stage_in_pair takes them from %tid.x at
+  // each release: no LDL, and at d256 0.8% faster (H100, 16k, 7 of 7 rounds), but at d128 1.5%
+  // slower at 16k and 1% at 8k (7 of 7; the loop's instruction count unchanged, its schedule not).
+  // So d128 keeps CUTLASS's release and its LDLs (docs/perf-notes.md, session 55).
+  static constexpr bool kPairReleaseFromTid = kClusterM > 1 && Cfg::kHeadDim == 256;
   using TmaLoadKV = std::conditional_t<(kClusterM > 1), cute::SM90_TMA_LOAD_MULTICAST, cute::SM90_TMA_LOAD>;
   using TmaK = decltype(cute::make_tma_copy(TmaLoadKV{}, GTensor<GStrideRows>{}, cute::take<0, 2>(SmemLayoutK{}),
                                             cute::Shape<BN, HD>{}, cute::Int<kClusterM>{}));
@@ -757,6 +766,16 @@ struct FwdMainloop {
       else softmax.update(s_rc, factor);
     };
 
+    // A stage's release (see kPairReleaseFromTid).
+    auto release_k = [&](PipelineState s) {
+      if constexpr (kPairReleaseFromTid) release_stage_in_pair(stage_barrier(ss.pipe_k.empty_barrier_[s.index()]));
+      else pipe_k.consumer_release(s);
+    };
+    auto release_v = [&](PipelineState s) {
+      if constexpr (kPairReleaseFromTid) release_stage_in_pair(stage_barrier(ss.pipe_v.empty_barrier_[s.index()]));
+      else pipe_v.consumer_release(s);
+    };
+
     // Q was issued by the producer for this tile; its barrier completes once per loaded tile,
     // so the caller flips q_phase after every tile that has key blocks.
     cutlass::arch::ClusterTransactionBarrier::wait(&ss.barrier_q, q_phase);
@@ -768,7 +787,7 @@ struct FwdMainloop {
         pipe_k.consumer_wait(st);
         wgmma_issue<true>(mma_qk, tSrQ, tSrK(_, _, _, st.index()), tSrS);
         warpgroup_wait<0>();
-        pipe_k.consumer_release(st);
+        release_k(st);
         q_read_done(n);
         float factor[kRowsPerThread];
         masked_softmax(n, factor);
@@ -778,7 +797,7 @@ struct FwdMainloop {
         issue_with_norm(cute::false_type{}, mma_pv, tOrP, tOrV(_, _, _, st.index()), tOrO);
         warpgroup_wait<0>();
         add_norm();
-        pipe_v.consumer_release(st);
+        release_v(st);
         ++st;
       }
     } else {
@@ -798,7 +817,7 @@ struct FwdMainloop {
 #if defined(HOPATTN_FWD_TRACE) && HOPATTN_FWD_TRACE
       if (thread_idx == 0) marks[1] = bwd::trace_clock();  // the first S is done (its turn included)
 #endif
-      pipe_k.consumer_release(st);
+      release_k(st);
       q_read_done(n);
       {
         float factor[kRowsPerThread];
@@ -824,13 +843,13 @@ struct FwdMainloop {
         turn.pass();
         warpgroup_wait<1>();  // S done, PV may still run
         add_norm();
-        pipe_k.consumer_release(st);
+        release_k(st);
         q_read_done(n);
         float factor[kRowsPerThread];
         masked_softmax(n, factor);
         if constexpr (Cfg::kHoldP) hold_p_registers(tOrP, factor[0]);  // factor: exp2 of a difference <= 0, or 1
         warpgroup_wait<0>();
-        pipe_v.consumer_release(st_v);
+        release_v(st_v);
         softmax.rescale(o_rc, factor);
         to_p();
       }
@@ -844,7 +863,7 @@ struct FwdMainloop {
       turn.pass();
       warpgroup_wait<0>();
       add_norm();
-      pipe_v.consumer_release(st);
+      release_v(st);
       ++st;
     }
   }
