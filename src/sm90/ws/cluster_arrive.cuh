@@ -32,7 +32,8 @@ __device__ __forceinline__ void arrive_on_cta_if(uint64_t* bar, uint32_t cta, bo
 // once and holds; at 240 registers ptxas spilled both pairs (K's and V's) and read them back with
 // 3-4 LDL per key block. Here both come from %tid.x inside the asm, read again at every release
 // (warpgroups start at multiples of 128 threads, so bits 0-4 and 6 pick the thread, bit 5 the CTA).
-// Same memory semantics as CUTLASS's (mbarrier.arrive's default .release.cta).
+// Same memory semantics as CUTLASS's (mbarrier.arrive's default .release.cta). Used where
+// FwdMainloop::kPairReleaseFromTid holds: d256 only (at d128 it measured slower, see there).
 __device__ __forceinline__ void release_stage_in_pair(uint64_t* empty_barrier) {
   asm volatile(
       "{\n\t.reg .pred p;\n\t.reg .b32 t, r, remote;\n\t"
