@@ -10,7 +10,7 @@ O=${OUT:-/tmp/out}
 mkdir -p $O
 [ -f $ab/libhopattn-trace.so ] || xz -T8 -dk $ab/libhopattn-trace.so.xz
 d=/tmp/l-trace && mkdir -p $d && ln -sf $ab/libhopattn-trace.so $d/libhopattn.so
-run() { LD_LIBRARY_PATH=$d HOPATTN_LIBRARY=$ab/libhopattn-trace.so HOPATTN_BWD_TRACE=1 PYTHONPATH=$PWD/.gpu-m56/python \
+run() { LD_LIBRARY_PATH=$d HOPATTN_LIBRARY=$ab/libhopattn-trace.so HOPATTN_BWD_TRACE=1 PYTHONPATH=$PWD/${PACK:-.gpu-m56}/python \
   PYTHONUNBUFFERED=1 timeout 150 "$@"; }
 run env HOPATTN_D128_KEY_TILE=128 HOPATTN_FWD_CLUSTER=0 HOPATTN_FWD_TAIL_SPLIT=0 python3 bench/fwd_trace.py \
   --points 128:512:0,128:1024:0,128:2048:0,128:4096:0 --dump $O 2>&1 | grep -v "^warning" | tee $O/trace-n128.txt
