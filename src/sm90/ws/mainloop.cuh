@@ -766,14 +766,10 @@ struct FwdMainloop {
       else softmax.update(s_rc, factor);
     };
 
-    // A stage's release (see kPairReleaseFromTid).
-    auto release_k = [&](PipelineState s) {
-      if constexpr (kPairReleaseFromTid) release_stage_in_pair(stage_barrier(ss.pipe_k.empty_barrier_[s.index()]));
-      else pipe_k.consumer_release(s);
-    };
-    auto release_v = [&](PipelineState s) {
-      if constexpr (kPairReleaseFromTid) release_stage_in_pair(stage_barrier(ss.pipe_v.empty_barrier_[s.index()]));
-      else pipe_v.consumer_release(s);
+    // A K or V stage's release (see kPairReleaseFromTid); `barriers` is that pipeline's storage.
+    auto release = [&](Pipeline& pipe, typename Pipeline::SharedStorage& barriers, PipelineState s) {
+      if constexpr (kPairReleaseFromTid) release_stage_in_pair(stage_barrier(barriers.empty_barrier_[s.index()]));
+      else pipe.consumer_release(s);
     };
 
     // Q was issued by the producer for this tile; its barrier completes once per loaded tile,
@@ -787,7 +783,7 @@ struct FwdMainloop {
         pipe_k.consumer_wait(st);
         wgmma_issue<true>(mma_qk, tSrQ, tSrK(_, _, _, st.index()), tSrS);
         warpgroup_wait<0>();
-        release_k(st);
+        release(pipe_k, ss.pipe_k, st);
         q_read_done(n);
         float factor[kRowsPerThread];
         masked_softmax(n, factor);
@@ -797,7 +793,7 @@ struct FwdMainloop {
         issue_with_norm(cute::false_type{}, mma_pv, tOrP, tOrV(_, _, _, st.index()), tOrO);
         warpgroup_wait<0>();
         add_norm();
-        release_v(st);
+        release(pipe_v, ss.pipe_v, st);
         ++st;
       }
     } else {
@@ -817,7 +813,7 @@ struct FwdMainloop {
 #if defined(HOPATTN_FWD_TRACE) && HOPATTN_FWD_TRACE
       if (thread_idx == 0) marks[1] = bwd::trace_clock();  // the first S is done (its turn included)
 #endif
-      release_k(st);
+      release(pipe_k, ss.pipe_k, st);
       q_read_done(n);
       {
         float factor[kRowsPerThread];
@@ -843,13 +839,13 @@ struct FwdMainloop {
         turn.pass();
         warpgroup_wait<1>();  // S done, PV may still run
         add_norm();
-        release_k(st);
+        release(pipe_k, ss.pipe_k, st);
         q_read_done(n);
         float factor[kRowsPerThread];
         masked_softmax(n, factor);
         if constexpr (Cfg::kHoldP) hold_p_registers(tOrP, factor[0]);  // factor: exp2 of a difference <= 0, or 1
         warpgroup_wait<0>();
-        release_v(st_v);
+        release(pipe_v, ss.pipe_v, st_v);
         softmax.rescale(o_rc, factor);
         to_p();
       }
@@ -863,7 +859,7 @@ struct FwdMainloop {
       turn.pass();
       warpgroup_wait<0>();
       add_norm();
-      release_v(st);
+      release(pipe_v, ss.pipe_v, st);
       ++st;
     }
   }
