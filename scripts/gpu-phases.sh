@@ -17,6 +17,9 @@
 #         AB_TAG a suffix for the log, ab-TAG.log, when one call runs two A/Bs)
 #   grid  bench/compare.py $GRID_ARGS
 #   acc   bench/fp8_accuracy.py --gpu $ACC_ARGS (the FP8 accuracy protocol; ACC_T, default 300)
+#   trace bench/fwd_trace.py $TRACE_ARGS on $LIB with HOPATTN_BWD_TRACE=1 (LIB: a library built with
+#         -DHOPATTN_FWD_TRACE=1, e.g. .gpu-exp/ab/libhopattn-trace.so; TRACE_T, default 150;
+#         TRACE_TAG a suffix for the log, trace-TAG.txt)
 #   bundle  every file under $OUT into one $OUT/logs.tgz (the originals removed): the device tool
 #         returns only a few files per call, and session 45 lost its varlen and shard logs to that
 #         limit. Last phase of a call; unpack here with `tar xzf <files_at>/logs.tgz -C <folder>`.
@@ -105,6 +108,12 @@ for phase in "$@"; do
       withlib $LIB timeout ${ACC_T:-300} python3 $p/bench/fp8_accuracy.py --gpu ${ACC_ARGS:-} --json $O/acc.json > $O/acc.log 2>&1
       echo "rc=$?"
       tail -25 $O/acc.log ;;
+    trace)
+      log=$O/trace${TRACE_TAG:+-$TRACE_TAG}.txt
+      withlib $LIB env HOPATTN_BWD_TRACE=1 timeout ${TRACE_T:-150} python3 $p/bench/fwd_trace.py ${TRACE_ARGS:-} 2>&1 \
+        | grep -v '^warning' > $log
+      echo "rc=${PIPESTATUS[0]}"
+      cat $log ;;
     bundle)
       (cd $O && find . -type f ! -name logs.tgz -print0 | tar czf logs.tgz --null -T - \
         && find . -type f ! -name logs.tgz -delete)
