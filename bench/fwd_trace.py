@@ -15,7 +15,10 @@ Per point, one traced call after warm-up, then:
 - start (trace libraries built from 82e43a3 on): a tile's start split into its setup after the
   scheduler answers, the wait for Q and the first K, and the first S GEMM with its turn;
 - balance: the SMs' busy share of the span, and the spread of their last tile ends (a static
-  order whose CTAs finish apart leaves the early ones idle).
+  order whose CTAs finish apart leaves the early ones idle);
+- rounds: how many tiles each SM ran (the uneven last round's idle share) and each SM's first tile
+  against the rest (the pipeline's fill);
+- --csv over dumps of several non-causal lengths: a tile's cost (plus the gap) fitted across them.
 Times in microseconds (%globaltimer: ns; its update granularity on some drivers is 1 us, which the
 fit over thousands of tiles averages out). The trace adds an atomic per tile; use ab.py for timings.
 """
@@ -106,6 +109,51 @@ def balance(tiles):
     return span, share, gap, (max(ends) - min(ends)) / 1e3, len(per_sm)
 
 
+def rounds(tiles):
+    """Per SM: how many tiles it ran, and what its first tile cost against the others. Returns
+    (Counter of tiles per SM, the idle share of the SMs' time that the uneven last round leaves, each
+    SM's first tile median in us, the other tiles' median in us or None with one tile per SM). The
+    idle share counts, for each SM with fewer tiles than the busiest, the missing tiles at the median
+    tile time, over sms * span: the wave quantisation of a static round-robin order."""
+    per_sm = collections.defaultdict(list)
+    for t in tiles:
+        per_sm[t[0]].append(t)
+    counts = collections.Counter(len(ts) for ts in per_sm.values())
+    most = max(counts)
+    span = (max(t[3] for t in tiles) - min(t[2] for t in tiles)) / 1e3
+    median = statistics.median((t[3] - t[2]) / 1e3 for t in tiles)
+    missing = sum((most - n) * k for n, k in counts.items())
+    idle = missing * median / (len(per_sm) * span) if span > 0 else 0.0
+    firsts, rest = [], []
+    for ts in per_sm.values():
+        ts.sort(key=lambda t: t[2])
+        firsts.append((ts[0][3] - ts[0][2]) / 1e3)
+        rest += [(t[3] - t[2]) / 1e3 for t in ts[1:]]
+    return counts, idle, statistics.median(firsts), statistics.median(rest) if rest else None
+
+
+def rounds_line(tiles):
+    counts, idle, first, rest = rounds(tiles)
+    mix = ", ".join(f"{k} x {n}" for n, k in sorted(counts.items(), reverse=True))
+    line = f"rounds SMs x tiles: {mix}; the uneven last round idles {100 * idle:.1f}% of the SM time"
+    if rest is not None:
+        line += f"; an SM's first tile {first:.2f} us against {rest:.2f} us (median)"
+    return line
+
+
+def cross_fit(points):
+    """Points whose tiles all have one key-block count each (non-causal, one length per point): a
+    tile's cost, its median time plus the median gap before the SM's next tile, against its key blocks,
+    fitted across the points. Returns fit()'s (slope, intercept, r2): the intercept is what a tile
+    costs besides its blocks, from points measured in separate calls (the card's clock may differ)."""
+    rows = []
+    for tiles in points:
+        gap = balance(tiles)[2]
+        per_tile = statistics.median((t[3] - t[2]) for t in tiles) + (gap[0] * 1e3 if gap else 0.0)
+        rows.append((0, tiles[0][1], 0, per_tile))
+    return fit(rows)
+
+
 def summarize(tiles, starts=None):
     if not tiles:
         return ["no forward-tile records (a library built with -DHOPATTN_FWD_TRACE=1, and HOPATTN_BWD_TRACE=1?)"]
@@ -123,6 +171,7 @@ def summarize(tiles, starts=None):
     if gap:
         line += f"; gap before an SM's next tile median {gap[0]:.2f} us (max {gap[1]:.2f})"
     lines.append(line)
+    lines.append(rounds_line(tiles))
     start = start_line(starts)
     if start:
         lines.append(start)
@@ -139,11 +188,19 @@ def main(argv=None):
     parser.add_argument("--csv", nargs="+", help="summarise dumped traces instead (no GPU): the CSV files")
     args = parser.parse_args(argv)
     if args.csv:
+        uniform = []
         for path in args.csv:
             print(f"== {path}")
             with open(path) as f:
-                for line in summarize(read_csv(f.read())):
-                    print("  " + line)
+                tiles = read_csv(f.read())
+            for line in summarize(tiles):
+                print("  " + line)
+            if tiles and len({t[1] for t in tiles}) == 1:
+                uniform.append(tiles)
+        if len({p[0][1] for p in uniform}) >= 2:
+            slope, intercept, r2 = cross_fit(uniform)
+            print(f"== across the {len(uniform)} files of one key-block count each: tile + gap = {slope:.3f} us x blocks "
+                  f"+ {intercept:.2f} us (R^2 {r2:.3f})")
         return
     lib = bwd_trace.traced_library("it allocates the trace buffer the forward's records go to")
     import time

@@ -398,7 +398,20 @@ def test_fwd_trace_summary():
         "tiles 3 on 2 SMs, key blocks 4-12 (mean 8.0), span 11.0 us",
         "fit   tile = 0.500 us x blocks + 2.00 us (R^2 1.000); the intercept is 4.0 blocks' worth",
         "SMs   busy 81.8% of the span, last tile ends spread over 3.0 us; gap before an SM's next tile median 1.00 us (max 1.00)",
+        "rounds SMs x tiles: 1 x 2, 1 x 1; the uneven last round idles 27.3% of the SM time; an SM's first tile "
+        "6.00 us against 6.00 us (median)",
     ]
+    # rounds: SM 1 ran one tile fewer, worth the median tile (6 us) of 2 SMs x 11 us; first tiles
+    # (4 and 8 us) against the one later tile (6 us).
+    counts, idle, first, rest = fwd_trace.rounds(tiles)
+    assert (dict(counts), first, rest) == ({2: 1, 1: 1}, 6.0, 6.0) and idle == pytest.approx(6 / 22)
+    assert fwd_trace.rounds([(0, 4, 0, 4000), (1, 4, 0, 6000)])[1:] == (0.0, 5.0, None)
+    # cross_fit: 4-block tiles of 4 us and 8-block tiles of 6 us, each with a 1 us gap: a tile plus
+    # its gap costs 0.5 us a block + 3 us.
+    four = [(0, 4, 0, 4000), (0, 4, 5000, 9000)]
+    eight = [(0, 8, 0, 6000), (0, 8, 7000, 13000)]
+    slope, intercept, r2 = fwd_trace.cross_fit([four, eight])
+    assert (round(slope, 9), round(intercept, 9), round(r2, 9)) == (0.5, 3.0, 1.0)
     # Noisy times: the fit is the least-squares line, R^2 below 1.
     noisy = [(0, 2, 0, 2000), (0, 4, 0, 2500), (0, 6, 0, 5000)]
     slope, intercept, r2 = fwd_trace.fit(noisy)
@@ -433,7 +446,7 @@ def test_fwd_trace_start_split():
     assert fwd_trace.start_line([]) is None
     tiles = fwd_trace.tiles_of(records)
     assert fwd_trace.summarize(tiles, starts)[-1].startswith("start median")
-    assert len(fwd_trace.summarize(tiles)) == 3  # no start line without start records
+    assert len(fwd_trace.summarize(tiles)) == 4  # no start line without start records
 
 
 def test_decode_ab_table_compares_best_rounds(tmp_path):
