@@ -14,6 +14,8 @@ Per point, one traced call after warm-up, then:
 - gaps: between one tile's end and the same SM's next tile start (the scheduler, the next Q wait);
 - start (trace libraries built from 82e43a3 on): a tile's start split into its setup after the
   scheduler answers, the wait for Q and the first K, and the first S GEMM with its turn;
+- end (trace libraries from session 58 on): the walk from the first S's completion to the last
+  softmax's end (fitted against the key blocks), then the last P V, the finalize and the O store;
 - balance: the SMs' busy share of the span, and the spread of their last tile ends (a static
   order whose CTAs finish apart leaves the early ones idle);
 - rounds: how many tiles each SM ran (the uneven last round's idle share) and each SM's first tile
@@ -34,6 +36,12 @@ FWD_KERNEL = 2  # kFwdTraceKernel: records of forward tiles; `detail` holds the 
 # completion (end; 0 where the kernel does not stamp it), with the setup before mma_tile in `detail`
 # and the wait for Q and the first K after that in `block` (ns).
 FWD_START_KERNEL = 3
+# kFwdTraceEndKernel: a tile's end, from the walk's end (start) to the O store's issue (end), with the
+# last P V in `block` and the finalize in `detail` (ns); start 0 where the kernel does not stamp it.
+FWD_END_KERNEL = 4
+# kFwdTraceWalkKernel: from the first S's completion (start) to the walk's end (end; 0 where not
+# stamped), with the tile's key blocks in `detail`.
+FWD_WALK_KERNEL = 5
 CSV_HEADER = "smid,key_blocks,start_ns,end_ns"
 
 
@@ -50,14 +58,48 @@ def starts_of(records):
             for r in records if r.kernel == FWD_START_KERNEL and r.end > 0]
 
 
+def ends_of(records):
+    """(last_pv_ns, finalize_ns, store_ns) of each forward tile's end record that has its stamps: the
+    last P V (its turn wait included), the finalize (O / l, lse, the O-in-V sync), the epilogue's
+    store up to its issue."""
+    return [(r.block, r.detail, r.end - r.start - r.block - r.detail)
+            for r in records if r.kernel == FWD_END_KERNEL and r.start > 0]
+
+
+def walks_of(records):
+    """(smid, key_blocks, start_ns, end_ns) of each stamped walk (first S done to the walk's end), in
+    tiles_of's form so that fit() and the medians apply."""
+    return [(r.smid, r.detail, r.start, r.end) for r in records if r.kernel == FWD_WALK_KERNEL and r.end > 0]
+
+
+def quantiles_us(rows, i):
+    """Median and 90th percentile of field i of rows, ns to us."""
+    xs = sorted(t[i] / 1e3 for t in rows)
+    return xs[len(xs) // 2], xs[min(len(xs) - 1, (9 * len(xs)) // 10)]
+
+
+def end_line(ends, walks):
+    """The walk (its fit against key blocks, or its mean when every tile has one count) and the end
+    records' medians (90th percentiles) in us, or None without either."""
+    parts = []
+    if walks:
+        slope, intercept, r2 = fit(walks)
+        if slope is None:
+            parts.append(f"walk (first S done to the last softmax done) mean {intercept:.2f} us over {walks[0][1]} blocks")
+        else:
+            parts.append(f"walk = {slope:.3f} us x blocks + {intercept:.2f} us (R^2 {r2:.3f})")
+    if ends:
+        (p50, p90), (f50, f90), (s50, s90) = (quantiles_us(ends, i) for i in range(3))
+        parts.append(f"then the last P V {p50:.2f} ({p90:.2f}) us, the finalize {f50:.2f} ({f90:.2f}) us, "
+                     f"the O store's issue {s50:.2f} ({s90:.2f}) us")
+    return "end   " + "; ".join(parts) if parts else None
+
+
 def start_line(starts):
     """The start records' medians (and 90th percentiles) in us, or None without any."""
     if not starts:
         return None
-    def q(i):
-        xs = sorted(t[i] / 1e3 for t in starts)
-        return xs[len(xs) // 2], xs[min(len(xs) - 1, (9 * len(xs)) // 10)]
-    (s50, s90), (l50, l90), (f50, f90) = q(0), q(1), q(2)
+    (s50, s90), (l50, l90), (f50, f90) = (quantiles_us(starts, i) for i in range(3))
     return (f"start median (p90): setup {s50:.2f} ({s90:.2f}) us, then Q and first K {l50:.2f} ({l90:.2f}) us, "
             f"then the first S {f50:.2f} ({f90:.2f}) us")
 
@@ -154,7 +196,7 @@ def cross_fit(points):
     return fit(rows)
 
 
-def summarize(tiles, starts=None):
+def summarize(tiles, starts=None, ends=None, walks=None):
     if not tiles:
         return ["no forward-tile records (a library built with -DHOPATTN_FWD_TRACE=1, and HOPATTN_BWD_TRACE=1?)"]
     span, share, gap, end_spread, sms = balance(tiles)
@@ -175,6 +217,9 @@ def summarize(tiles, starts=None):
     start = start_line(starts)
     if start:
         lines.append(start)
+    end = end_line(ends or [], walks or [])
+    if end:
+        lines.append(end)
     return lines
 
 
@@ -224,7 +269,7 @@ def main(argv=None):
             os.makedirs(args.dump, exist_ok=True)
             with open(os.path.join(args.dump, f"fwd-trace-{args.op}-d{d}-s{s}-c{c}.csv"), "w") as f:
                 f.write(tiles_csv(tiles))
-        for line in summarize(tiles, starts_of(records)):
+        for line in summarize(tiles, starts_of(records), ends_of(records), walks_of(records)):
             print("  " + line)
 
 

@@ -449,6 +449,35 @@ def test_fwd_trace_start_split():
     assert len(fwd_trace.summarize(tiles)) == 4  # no start line without start records
 
 
+def test_fwd_trace_end_split():
+    import bwd_trace
+    import fwd_trace  # bench/fwd_trace.py: the tile's end and walk records, without a GPU
+
+    def end(last_pv_ns, finalize_ns, start_ns, end_ns):
+        return bwd_trace.Record(fwd_trace.FWD_END_KERNEL, last_pv_ns, 0, finalize_ns, start_ns, end_ns)
+
+    def walk(blocks, start_ns, end_ns):
+        return bwd_trace.Record(fwd_trace.FWD_WALK_KERNEL, 0, 1, blocks, start_ns, end_ns)
+
+    # Ends: last P V 300 / 500 ns, finalize 100 / 200 ns, spans of 1000 / 1500 ns, so the store is
+    # 600 / 800 ns; an unstamped end (start 0) does not count.
+    records = [end(300, 100, 5000, 6000), end(500, 200, 9000, 10500), end(0, 0, 0, 7000),
+               walk(4, 0, 3000), walk(8, 0, 5000), walk(6, 0, 0)]
+    ends = fwd_trace.ends_of(records)
+    assert ends == [(300, 100, 600), (500, 200, 800)]
+    # Walks of 4 and 8 blocks in 3 and 5 us: 0.5 us a block + 1 us; an unstamped one (end 0) is out.
+    walks = fwd_trace.walks_of(records)
+    assert walks == [(1, 4, 0, 3000), (1, 8, 0, 5000)]
+    assert fwd_trace.end_line(ends, walks) == (
+        "end   walk = 0.500 us x blocks + 1.00 us (R^2 1.000); then the last P V 0.50 (0.50) us, "
+        "the finalize 0.20 (0.20) us, the O store's issue 0.80 (0.80) us")
+    assert fwd_trace.end_line([], [(1, 4, 0, 3000), (1, 4, 0, 5000)]) == (
+        "end   walk (first S done to the last softmax done) mean 4.00 us over 4 blocks")
+    assert fwd_trace.end_line([], []) is None
+    tiles = [(0, 4, 0, 4000)]
+    assert fwd_trace.summarize(tiles, None, ends, walks)[-1].startswith("end   walk = 0.500")
+
+
 def test_decode_ab_table_compares_best_rounds(tmp_path):
     import json
 

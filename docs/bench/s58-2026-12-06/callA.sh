@@ -7,7 +7,7 @@
 # -DHOPATTN_FWD_TRACE=1) on any card; then on an H200 issue 3's d128 forward rows (both masks) and
 # issue 5's d256 non-causal backward at 4k / 16k, peers in the same process; elsewhere main's gtest
 # binary. carry [.gpu-m57, .gpu-exp].
-export PACK=.gpu-m57 PYTHONUNBUFFERED=1
+export PACK=${PACK:-.gpu-m57} PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/out}; t0=$(date +%s); T=${1:-560}  # seconds the whole call may take (the device budget left)
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader); echo "$gpu"
 TRACE_T=60 timeout $(( T / 4 )) bash docs/bench/s56-2026-12-06/call5.sh 2>&1 | grep -v "^#" | head -70

@@ -240,7 +240,7 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
     for (int idx = sched.first(); sched.valid(idx); idx = sched.template next<false>(k, &ss.tile_slot), ++k) {
 #if HOPATTN_FWD_TRACE
       const uint64_t trace_top = thread_idx == 0 ? bwd::trace_clock() : 0;  // the scheduler has answered
-      uint64_t trace_marks[2] = {0, 0};
+      uint64_t trace_marks[kFwdTraceMarks] = {0, 0, 0, 0};
 #endif
       WorkTile t = sched.tile(idx);
       if constexpr (Cfg::kVarlen) t = WorkTile{warp_uniform(t.m_block), warp_uniform(t.head), warp_uniform(t.batch)};
@@ -299,9 +299,13 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
           store_o = merge_tail_pieces<Cfg::kNumMmaThreads>(params.order.split, t.split_tile, t.piece, thread_idx,
                                                            barrier_id(FwdBarrier::kEpilogueWG0, wg), o_rc, lse);
       }
+#if HOPATTN_FWD_TRACE
+      const uint64_t trace_pre_store = thread_idx == 0 ? bwd::trace_clock() : 0;  // finalize and syncs done
+#endif
       if (store_o) K::Epilogue::store(params.epilogue, ss, thread_idx, t.m_block, t.head, si, tOrO, lse);
 #if HOPATTN_FWD_TRACE
-      if (thread_idx == 0) trace_fwd_tile(params.trace, kb.end - kb.begin, trace_top, trace_start, trace_marks);
+      if (thread_idx == 0)
+        trace_fwd_tile(params.trace, kb.end - kb.begin, trace_top, trace_start, trace_marks, trace_pre_store);
 #endif
       if constexpr (Cfg::kOInV) {
         // Every tile with keys arrives once, stored or not, as the producer counts. Only the

@@ -671,13 +671,14 @@ struct FwdMainloop {
   // read of Q, so the producer's next Q load overlaps the last softmax, the last P V and the
   // epilogue.
   // Traced builds (HOPATTN_FWD_TRACE=1, ws/trace.cuh) also take `marks`: thread 0 stamps there when
-  // Q and the first K are in shared memory and when the tile's first S GEMM has completed.
+  // Q and the first K are in shared memory, when the tile's first S GEMM has completed, when the
+  // walk is done (the last block's softmax and P), and when the last P V has completed.
   template <class FragO>
   __device__ static void mma_tile(const Params& p, SharedStorage& ss, Pipeline& pipe_k, Pipeline& pipe_v,
                                   PipelineState& st, uint32_t q_phase, int thread_idx, const Mask& mask,
                                   int m_block, KeyBlocks kb, FragO& tOrO, Softmax& softmax
 #if defined(HOPATTN_FWD_TRACE) && HOPATTN_FWD_TRACE
-                                  , uint64_t (&marks)[2]
+                                  , uint64_t (&marks)[kFwdTraceMarks]
 #endif
   ) {
     using namespace cute;
@@ -849,6 +850,9 @@ struct FwdMainloop {
         softmax.rescale(o_rc, factor);
         to_p();
       }
+#if defined(HOPATTN_FWD_TRACE) && HOPATTN_FWD_TRACE
+      if (thread_idx == 0) marks[2] = bwd::trace_clock();  // the walk is done: only the last P V is left
+#endif
       pipe_v.consumer_wait(st);
       turn.wait();
       if (n_end - n_begin == 1) {
@@ -858,6 +862,9 @@ struct FwdMainloop {
       }
       turn.pass();
       warpgroup_wait<0>();
+#if defined(HOPATTN_FWD_TRACE) && HOPATTN_FWD_TRACE
+      if (thread_idx == 0) marks[3] = bwd::trace_clock();  // the last P V is done
+#endif
       add_norm();
       release(pipe_v, ss.pipe_v, st);
       ++st;
