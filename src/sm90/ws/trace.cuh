@@ -33,9 +33,10 @@ inline constexpr int kFwdTraceMarks = 4;
 #if defined(__CUDACC__)
 // One thread (consumer warpgroup 0's first), at the end of a tile: `top` when the scheduler
 // answered, `start` when mma_tile began, `marks` mma_tile's stamps (kFwdTraceMarks), `pre_store`
-// just before the epilogue's store. One atomic for the four records, as one costs a few hundred ns. It repeats bwd::trace_cta's few lines rather than sharing a slot helper with
-// it: trace_cta is compiled into every shipped backward kernel, and routing it through such a
-// helper changed their SASS (session 50, bwd_bf16_hdim64: 5 of 6 functions).
+// just before the epilogue's store. One atomic for the four records, as one costs a few hundred ns.
+// It repeats bwd::trace_cta's few lines rather than sharing a slot helper with it: trace_cta is
+// compiled into every shipped backward kernel, and routing it through such a helper changed their
+// SASS (session 50, bwd_bf16_hdim64: 5 of 6 functions).
 __device__ __forceinline__ void trace_fwd_tile(const bwd::BwdTrace& t, int key_blocks, uint64_t top, uint64_t start,
                                                const uint64_t (&marks)[kFwdTraceMarks], uint64_t pre_store) {
   if (t.records == nullptr) return;
