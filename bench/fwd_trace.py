@@ -131,19 +131,28 @@ def fit(tiles):
     return slope, intercept, (1 - ss_res / ss_tot) if ss_tot > 0 else 1.0
 
 
+def tiles_by_sm(tiles):
+    """Each SM's tiles in start order (one list per SM)."""
+    per_sm = collections.defaultdict(list)
+    for t in tiles:
+        per_sm[t[0]].append(t)
+    return [sorted(ts, key=lambda t: t[2]) for ts in per_sm.values()]
+
+
+def span_us(tiles):
+    """First tile start to last tile end, in us."""
+    return (max(t[3] for t in tiles) - min(t[2] for t in tiles)) / 1e3
+
+
 def balance(tiles):
     """Per SM: its tiles in start order. Returns (span_us, busy share of sms_used * span, median and
     max gap between an SM's consecutive tiles in us (None with one tile per SM), spread of the SMs'
     last tile ends in us, SMs used)."""
-    per_sm = collections.defaultdict(list)
-    for t in tiles:
-        per_sm[t[0]].append(t)
-    t0, t1 = min(t[2] for t in tiles), max(t[3] for t in tiles)
-    span = (t1 - t0) / 1e3
+    per_sm = tiles_by_sm(tiles)
+    span = span_us(tiles)
     busy = sum(t[3] - t[2] for t in tiles) / 1e3
     gaps, ends = [], []
-    for ts in per_sm.values():
-        ts.sort(key=lambda t: t[2])
+    for ts in per_sm:
         gaps += [(b[2] - a[3]) / 1e3 for a, b in zip(ts, ts[1:])]
         ends.append(ts[-1][3])
     gap = (statistics.median(gaps), max(gaps)) if gaps else None
@@ -157,18 +166,15 @@ def rounds(tiles):
     SM's first tile median in us, the other tiles' median in us or None with one tile per SM). The
     idle share counts, for each SM with fewer tiles than the busiest, the missing tiles at the median
     tile time, over sms * span: the wave quantisation of a static round-robin order."""
-    per_sm = collections.defaultdict(list)
-    for t in tiles:
-        per_sm[t[0]].append(t)
-    counts = collections.Counter(len(ts) for ts in per_sm.values())
+    per_sm = tiles_by_sm(tiles)
+    counts = collections.Counter(len(ts) for ts in per_sm)
     most = max(counts)
-    span = (max(t[3] for t in tiles) - min(t[2] for t in tiles)) / 1e3
+    span = span_us(tiles)
     median = statistics.median((t[3] - t[2]) / 1e3 for t in tiles)
     missing = sum((most - n) * k for n, k in counts.items())
     idle = missing * median / (len(per_sm) * span) if span > 0 else 0.0
     firsts, rest = [], []
-    for ts in per_sm.values():
-        ts.sort(key=lambda t: t[2])
+    for ts in per_sm:
         firsts.append((ts[0][3] - ts[0][2]) / 1e3)
         rest += [(t[3] - t[2]) / 1e3 for t in ts[1:]]
     return counts, idle, statistics.median(firsts), statistics.median(rest) if rest else None

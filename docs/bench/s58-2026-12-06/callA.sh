@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Did not run in session 58 (no H200 came; callB replaced it on the H100 that did; before it, two
-# starts for s57 call1.sh failed). On an H200 it is
-# the one-call version of s56 next.sh grid + bwd restricted to d128 forward and d256 backward.
+# starts for s57 call1.sh failed). On an H200 it is the one-call version of s56 next.sh grid + bwd
+# restricted to d128 forward and d256 backward (s58 next.sh d128).
 # Session 58, call A (after two starts failed, so one call carries the most): the d128 trace (s56
 # call5.sh; library trace = main 6a00e7c's objects with fwd_bf16_hdim128 built with
 # -DHOPATTN_FWD_TRACE=1) on any card; then on an H200 issue 3's d128 forward rows (both masks) and
