@@ -40,7 +40,8 @@ FWD_START_KERNEL = 3
 # last P V in `block` and the finalize in `detail` (ns); start 0 where the kernel does not stamp it.
 FWD_END_KERNEL = 4
 # kFwdTraceWalkKernel: from the first S's completion (start) to the walk's end (end; 0 where not
-# stamped), with the tile's key blocks in `detail`.
+# stamped), with the tile's key blocks in `detail` and the trace's own slot atomic in `block` (ns;
+# 0 in libraries before session 59, whose end records' store included that atomic).
 FWD_WALK_KERNEL = 5
 CSV_HEADER = "smid,key_blocks,start_ns,end_ns"
 
@@ -72,15 +73,22 @@ def walks_of(records):
     return [(r.smid, r.detail, r.start, r.end) for r in records if r.kernel == FWD_WALK_KERNEL and r.end > 0]
 
 
+def atomics_of(records):
+    """(atomic_ns,) of each walk record that times the trace's own slot atomic: what tracing adds to a
+    tile's end, outside the store."""
+    return [(r.block,) for r in records if r.kernel == FWD_WALK_KERNEL and r.block > 0]
+
+
 def quantiles_us(rows, i):
     """Median and 90th percentile of field i of rows, ns to us."""
     xs = sorted(t[i] / 1e3 for t in rows)
     return xs[len(xs) // 2], xs[min(len(xs) - 1, (9 * len(xs)) // 10)]
 
 
-def end_line(ends, walks):
-    """The walk (its fit against key blocks, or its mean when every tile has one count) and the end
-    records' medians (90th percentiles) in us, or None without either."""
+def end_line(ends, walks, atomics=()):
+    """The walk (its fit against key blocks, or its mean when every tile has one count), the end
+    records' medians (90th percentiles) in us and the trace's own atomic after them, or None without
+    walks and ends."""
     parts = []
     if walks:
         slope, intercept, r2 = fit(walks)
@@ -92,6 +100,9 @@ def end_line(ends, walks):
         (p50, p90), (f50, f90), (s50, s90) = (quantiles_us(ends, i) for i in range(3))
         parts.append(f"then the last P V {p50:.2f} ({p90:.2f}) us, the finalize {f50:.2f} ({f90:.2f}) us, "
                      f"the O store's issue {s50:.2f} ({s90:.2f}) us")
+        if atomics:
+            a50, a90 = quantiles_us(atomics, 0)
+            parts[-1] += f", then the trace's atomic {a50:.2f} ({a90:.2f}) us"
     return "end   " + "; ".join(parts) if parts else None
 
 
@@ -202,7 +213,7 @@ def cross_fit(points):
     return fit(rows)
 
 
-def summarize(tiles, starts=None, ends=None, walks=None):
+def summarize(tiles, starts=None, ends=None, walks=None, atomics=None):
     if not tiles:
         return ["no forward-tile records (a library built with -DHOPATTN_FWD_TRACE=1, and HOPATTN_BWD_TRACE=1?)"]
     span, share, gap, end_spread, sms = balance(tiles)
@@ -223,7 +234,7 @@ def summarize(tiles, starts=None, ends=None, walks=None):
     start = start_line(starts)
     if start:
         lines.append(start)
-    end = end_line(ends or [], walks or [])
+    end = end_line(ends or [], walks or [], atomics or ())
     if end:
         lines.append(end)
     return lines
@@ -275,7 +286,8 @@ def main(argv=None):
             os.makedirs(args.dump, exist_ok=True)
             with open(os.path.join(args.dump, f"fwd-trace-{args.op}-d{d}-s{s}-c{c}.csv"), "w") as f:
                 f.write(tiles_csv(tiles))
-        for line in summarize(tiles, starts_of(records), ends_of(records), walks_of(records)):
+        for line in summarize(tiles, starts_of(records), ends_of(records), walks_of(records),
+                              atomics_of(records)):
             print("  " + line)
 
 

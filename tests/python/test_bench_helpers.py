@@ -456,8 +456,8 @@ def test_fwd_trace_end_split():
     def end(last_pv_ns, finalize_ns, start_ns, end_ns):
         return bwd_trace.Record(fwd_trace.FWD_END_KERNEL, last_pv_ns, 0, finalize_ns, start_ns, end_ns)
 
-    def walk(blocks, start_ns, end_ns):
-        return bwd_trace.Record(fwd_trace.FWD_WALK_KERNEL, 0, 1, blocks, start_ns, end_ns)
+    def walk(blocks, start_ns, end_ns, atomic_ns=0):
+        return bwd_trace.Record(fwd_trace.FWD_WALK_KERNEL, atomic_ns, 1, blocks, start_ns, end_ns)
 
     # Ends: last P V 300 / 500 ns, finalize 100 / 200 ns, spans of 1000 / 1500 ns, so the store is
     # 600 / 800 ns; an unstamped end (start 0) does not count.
@@ -476,6 +476,13 @@ def test_fwd_trace_end_split():
     assert fwd_trace.end_line([], []) is None
     tiles = [(0, 4, 0, 4000)]
     assert fwd_trace.summarize(tiles, None, ends, walks)[-1].startswith("end   walk = 0.500")
+    # The trace's own atomic (walk records' `block`, from session 59's libraries on): 400 and 600 ns;
+    # a record without it (0, older libraries) is left out.
+    atomics = fwd_trace.atomics_of([walk(4, 0, 3000, 400), walk(4, 0, 3000, 600), walk(4, 0, 3000)])
+    assert atomics == [(400,), (600,)]
+    assert fwd_trace.end_line(ends, walks, atomics).endswith(
+        "the O store's issue 0.80 (0.80) us, then the trace's atomic 0.60 (0.60) us")
+    assert fwd_trace.summarize(tiles, None, ends, walks, atomics)[-1].endswith("the trace's atomic 0.60 (0.60) us")
 
 
 def test_decode_ab_table_compares_best_rounds(tmp_path):

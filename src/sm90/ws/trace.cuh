@@ -24,7 +24,8 @@ inline constexpr uint32_t kFwdTraceStartKernel = 3;
 // finalize (O / l, lse, the O-in-V sync) in `detail`, both in ns; the rest is the epilogue's store.
 inline constexpr uint32_t kFwdTraceEndKernel = 4;
 // A fourth, for the walk: from the first S's completion to the walk's end, with the tile's key
-// blocks in `detail` (its slope against the blocks is a block's steady cost).
+// blocks in `detail` (its slope against the blocks is a block's steady cost) and, in `block`, the
+// ns this trace's own slot atomic took (from session 59 on; before, the end record included it).
 inline constexpr uint32_t kFwdTraceWalkKernel = 5;
 // mma_tile's stamps (thread 0; 0 where a path does not stamp): Q and the first K in, the first S
 // done, the walk done, the last P V done.
@@ -42,6 +43,10 @@ __device__ __forceinline__ void trace_fwd_tile(const bwd::BwdTrace& t, int key_b
   if (t.records == nullptr) return;
   uint32_t sm;
   asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+  // The store is issued now; the slot's atomic (a return trip to L2) comes after and counts in the
+  // tile (record 0's end, so the gap to the next tile excludes it) but not in the store (record 2's
+  // end); its own time goes in the walk record's `block`.
+  const uint64_t stored = bwd::trace_clock();
   const unsigned i = atomicAdd(t.count, 4u);
   const uint64_t end = bwd::trace_clock();
   if (i + 3 < bwd::kBwdTraceCapacity) {
@@ -50,8 +55,8 @@ __device__ __forceinline__ void trace_fwd_tile(const bwd::BwdTrace& t, int key_b
     t.records[i + 1] = bwd::BwdTraceRecord{kFwdTraceStartKernel, load_wait, sm, uint32_t(start - top), top, marks[1]};
     const bool ended = marks[2] != 0 && marks[3] != 0;  // both stamped: the end splits
     t.records[i + 2] = bwd::BwdTraceRecord{kFwdTraceEndKernel, ended ? uint32_t(marks[3] - marks[2]) : 0u, sm,
-                                           ended ? uint32_t(pre_store - marks[3]) : 0u, ended ? marks[2] : 0u, end};
-    t.records[i + 3] = bwd::BwdTraceRecord{kFwdTraceWalkKernel, 0u, sm, uint32_t(key_blocks), marks[1],
+                                           ended ? uint32_t(pre_store - marks[3]) : 0u, ended ? marks[2] : 0u, stored};
+    t.records[i + 3] = bwd::BwdTraceRecord{kFwdTraceWalkKernel, uint32_t(end - stored), sm, uint32_t(key_blocks), marks[1],
                                            marks[1] != 0 ? marks[2] : 0u};
   }
 }
