@@ -1,8 +1,8 @@
 // Forward epilogue of one consumer warpgroup: write lse (fp32, natural log) from registers, stage the
-// normalised O through shared memory (the warpgroup's slice of the O buffer, or of Q's where no
-// separate one fits) and store it with one TMA per warpgroup, which clips rows past seqlen_q and
-// follows the caller's strides. Packed (varlen) tensors clip only at the last token, so a slice
-// that crosses its sequence's end is written from registers instead, row by row.
+// normalised O through shared memory (the warpgroup's slice of the O buffer, or of V's or Q's where
+// no separate one fits) and store it with one TMA copy per warpgroup (head_dim / 64 boxes of 64 x 64),
+// which clips rows past seqlen_q and follows the caller's strides. Packed (varlen) tensors clip only
+// at the last token, so a slice that crosses its sequence's end is written from registers instead.
 #pragma once
 
 // First: it enables CuTe's extended WGMMA N shapes, which must precede any CuTe include.

@@ -159,8 +159,12 @@ struct FwdMainloop {
   // for e4m3 at d >= 128; e4m3 d64 rows are 64 bytes and take the 64-byte swizzle.
   using AtomLayoutQK = decltype(k_major_smem_atom<Element, kHeadDim>());
   using SmemLayoutQ = decltype(cute::tile_to_shape(AtomLayoutQK{}, cute::Shape<BM, HD>{}, cute::Step<cute::_2, cute::_1>{}));
+  // O's staging slice (one warpgroup's 64 x head_dim) need only be contiguous as a whole. Inside it
+  // the atoms run along rows first, so that each 64-column band is one 64 x 64 TMA box: the store is
+  // head_dim / 64 UTMASTGs (d128: 2), where head_dim-first order (Q's) cuts it into 8-row boxes
+  // (d128: 16, issued one by one by the warpgroup's thread 0 at every tile's end).
   using SmemLayoutOWarpGroup = decltype(cute::tile_to_shape(cute::GMMA::Layout_K_SW128_Atom<OutElement>{},
-                                                            cute::Shape<cute::_64, HD>{}, cute::Step<cute::_2, cute::_1>{}));
+                                                            cute::Shape<cute::_64, HD>{}));
   using SmemLayoutK = decltype(cute::tile_to_shape(AtomLayoutQK{}, cute::Shape<BN, HD, cute::Int<kStages>>{}));
   // 16-bit: V's atoms (64 head_dim x 8 keys) run along keys first, so one TMA box covers 64
   // head_dim columns of all kBlockN keys (head_dim-first order would cut boxes to 8 keys each).
