@@ -7,6 +7,7 @@
 #   attention_fp8  the one-call FP8 path (pre-passes, then the FP8 kernel)
 #   forward_fp8    the FP8 kernel on pre-quantised inputs, as compare.py's "FP8 kernel" column
 #   backward       the forward, then the backward of sum(out * dout) through autograd
+#   cudnn, fa2     the peers' forward (torch SDPA with that backend) on the same buffers
 # Per-instruction stall sampling of the FP8 d128 kernel (docs/gpu.md, "Profiling one kernel"):
 #   ncu --kernel-name regex:fwd_ws_kernel --launch-skip 2 --launch-count 1 \
 #       --section WarpStateStats --section SourceCounters --import-source no -o /tmp/fp8 -f \
@@ -16,7 +17,10 @@ import argparse
 
 import common  # bench/common.py, beside this script
 
-OPS = ("attention", "attention_fp8", "forward_fp8", "backward")
+OPS = ("attention", "attention_fp8", "forward_fp8", "backward", "cudnn", "fa2")
+# The peers' forward at the same shape and on the same buffers (torch SDPA, as compare.py times it):
+# ncu then profiles their kernels (pick them with --kernel-name, e.g. regex:"fprop|flash_fwd").
+PEER_BACKENDS = {"cudnn": "CUDNN_ATTENTION", "fa2": "FLASH_ATTENTION"}
 
 
 def parse_args(argv=None):
@@ -45,6 +49,17 @@ def make_call(torch, hopattn, args):
     _, _, _, q, k, v = common.probe_inputs(torch, direction, args.hdim, args.seqlen, args.causal, seed=0)
     if args.op == "attention":
         return lambda: hopattn.attention(q, k, v, causal=args.causal)
+    if args.op in PEER_BACKENDS:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        backend = getattr(SDPBackend, PEER_BACKENDS[args.op])
+        qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))  # (b, h, s, d) views, no copy
+
+        def peer():
+            with sdpa_kernel(backend):
+                return torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=args.causal)
+
+        return peer
     if args.op == "attention_fp8":
         return lambda: hopattn.attention_fp8(q, k, v, causal=args.causal)
     if args.op == "forward_fp8":

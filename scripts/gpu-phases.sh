@@ -20,6 +20,10 @@
 #   trace bench/fwd_trace.py $TRACE_ARGS on $LIB with HOPATTN_BWD_TRACE=1 (LIB: a library built with
 #         -DHOPATTN_FWD_TRACE=1, e.g. .gpu-exp/ab/libhopattn-trace.so; TRACE_T, default 150;
 #         TRACE_TAG a suffix for the log, trace-TAG.txt)
+#   ncu   one call of bench/ncu_shape.py $NCU_ARGS under ncu, the kernels matching NCU_KERNELS
+#         (regex, default fwd_ws_kernel; the first after 2 warm-up calls), sections NCU_SECTIONS
+#         (default SpeedOfLight ComputeWorkloadAnalysis); bench/ncu_raw.py prints the duration, SM
+#         throughput and tensor-pipe shares (NCU_TAG names the files, NCU_T default 120 s)
 #   bundle  every file under $OUT into one $OUT/logs.tgz (the originals removed): the device tool
 #         returns only a few files per call, and session 45 lost its varlen and shard logs to that
 #         limit. Last phase of a call; unpack here with `tar xzf <files_at>/logs.tgz -C <folder>`.
@@ -114,6 +118,15 @@ for phase in "$@"; do
         | grep -v '^warning' > $log
       echo "rc=${PIPESTATUS[0]}"
       cat $log ;;
+    ncu)
+      tag=${NCU_TAG:-ncu}
+      withlib $LIB timeout ${NCU_T:-120} ncu --kernel-name "regex:${NCU_KERNELS:-fwd_ws_kernel}" --launch-skip 2 \
+        --launch-count 1 $(for s in ${NCU_SECTIONS:-SpeedOfLight ComputeWorkloadAnalysis}; do echo --section $s; done) \
+        -o /tmp/$tag -f python3 $p/bench/ncu_shape.py ${NCU_ARGS:-} > $O/ncu-$tag.log 2>&1
+      echo "rc=$?"
+      ncu -i /tmp/$tag.ncu-rep --page raw --csv > $O/raw-$tag.csv 2>&1
+      ncu -i /tmp/$tag.ncu-rep --page details > $O/details-$tag.txt 2>&1
+      python3 $p/bench/ncu_raw.py $O/raw-$tag.csv ;;
     bundle)
       (cd $O && find . -type f ! -name logs.tgz -print0 | tar czf logs.tgz --null -T - \
         && find . -type f ! -name logs.tgz -delete)

@@ -2,6 +2,7 @@
 # report header, gradient-check summary, file names, arguments) without torch or a GPU, so a broken
 # benchmark script is caught on CI before it reaches the GPU machine.
 import importlib.util
+import sys
 
 import pytest
 
@@ -314,6 +315,79 @@ def test_ncu_shape_arguments_and_shape():
     for bad in (["--seqlen", "3000"], ["--seqlen", "0"], ["--calls", "0"], ["--op", "nope"], ["--hdim", "96"]):
         with pytest.raises(SystemExit):
             ncu_shape.parse_args(bad)
+
+
+def test_ncu_shape_peer_ops_call_sdpa_with_their_backend(monkeypatch):
+    import types
+
+    ncu_shape = importlib.import_module("ncu_shape")
+
+    class T:  # a tensor that records its transposes
+        def __init__(self, name, dims=(0, 1, 2, 3)):
+            self.name, self.dims = name, dims
+
+        def transpose(self, a, b):
+            d = list(self.dims)
+            d[a], d[b] = d[b], d[a]
+            return T(self.name, tuple(d))
+
+    monkeypatch.setattr(ncu_shape.common, "probe_inputs",
+                        lambda torch, direction, d, s, causal, seed: (1, 1, 0.0, T("q"), T("k"), T("v")))
+    calls, active = [], []
+
+    class Backend:  # the context sdpa_kernel returns: which backend is on while SDPA runs
+        def __init__(self, name):
+            self.name = name
+
+        def __enter__(self):
+            active.append(self.name)
+
+        def __exit__(self, *exc):
+            active.pop()
+
+    attention = types.ModuleType("torch.nn.attention")
+    attention.SDPBackend = types.SimpleNamespace(CUDNN_ATTENTION="cudnn-backend", FLASH_ATTENTION="flash-backend")
+    attention.sdpa_kernel = Backend
+    monkeypatch.setitem(sys.modules, "torch.nn.attention", attention)
+
+    def sdpa(q, k, v, is_causal):
+        calls.append((list(active), [(t.name, t.dims) for t in (q, k, v)], is_causal))
+
+    torch = types.SimpleNamespace(nn=types.SimpleNamespace(functional=types.SimpleNamespace(scaled_dot_product_attention=sdpa)))
+    for op, backend in (("cudnn", "cudnn-backend"), ("fa2", "flash-backend")):
+        calls.clear()
+        ncu_shape.make_call(torch, None, ncu_shape.parse_args(["--op", op, "--causal"]))()
+        # (b, h, s, d) views of the (b, s, h, d) buffers, inside that backend's context, causal passed on
+        assert calls == [([backend], [("q", (0, 2, 1, 3)), ("k", (0, 2, 1, 3)), ("v", (0, 2, 1, 3))], True)]
+
+
+def test_ncu_raw_prints_each_kernels_headline_counters():
+    import ncu_raw  # bench/ncu_raw.py
+
+    head = ["ID", "Kernel Name", "gpu__time_duration.sum", "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+            "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active",
+            "sm__pipe_tensor_op_gmma_cycles_active.avg", "dram__bytes.sum"]
+    units = ["", "", "us", "%", "%", "cycle", "byte"]
+    rows = [head, units, ["0", "fwd_ws_kernel<...>", "143.6", "71.2", "68.9", "1234", "99"],
+            ["1", "cudnn_fprop", "130.1", "80.0", "77.5", "1300", "98"]]
+    lines = ncu_raw.summarize(rows)
+    # Duration, SM throughput and the tensor pipe's active share per kernel; raw cycles and bytes left out.
+    assert lines == ["kernel fwd_ws_kernel<...>", "   gpu__time_duration.sum = 143.6 us",
+                     "   sm__throughput.avg.pct_of_peak_sustained_elapsed = 71.2 %",
+                     "   sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active = 68.9 %",
+                     "kernel cudnn_fprop", "   gpu__time_duration.sum = 130.1 us",
+                     "   sm__throughput.avg.pct_of_peak_sustained_elapsed = 80.0 %",
+                     "   sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active = 77.5 %"]
+    assert ncu_raw.summarize(rows[:2]) == ["no kernel in the report"]
+
+
+def test_ncu_raw_main_skips_ncus_notes(tmp_path, capsys):
+    import ncu_raw
+
+    f = tmp_path / "raw.csv"
+    f.write_text('==PROF== Connected\n"Kernel Name","gpu__time_duration.sum"\n"","us"\n"k","5"\n')
+    ncu_raw.main([str(f)])
+    assert capsys.readouterr().out.splitlines() == ["kernel k", "   gpu__time_duration.sum = 5 us"]
 
 
 def test_ncu_sass_summary_groups_samples_by_opcode():

@@ -2,8 +2,8 @@
 # Session 59, call 4 (any card, ~30 s): the d128 trace (key tile 128, no cluster, no tail split,
 # 512-4k) on two trace libraries, main's O layout (trace: e1c1a59's objects) and the rows-first one
 # (traceo: this session's working tree), both with the end record stopped before the trace's own
-# atomic; the pack's fwd_trace.py (.gpu-m59o) prints that atomic too. carry [.gpu-m59o, .gpu-exp].
-export PACK=.gpu-m59o PYTHONUNBUFFERED=1
+# atomic; the pack's fwd_trace.py (.gpu-m59o, or PACK) prints that atomic too. carry [PACK, .gpu-exp].
+export PACK=${PACK:-.gpu-m59o} PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name --format=csv,noheader
 for lib in trace traceo; do
   LIB=.gpu-exp/ab/libhopattn-$lib.so HOPATTN_D128_KEY_TILE=128 HOPATTN_FWD_CLUSTER=0 HOPATTN_FWD_TAIL_SPLIT=0 \
