@@ -10,4 +10,4 @@ for lib in trace traceo; do
     TRACE_TAG=$lib TRACE_T=40 TRACE_ARGS="--points 128:512:0,128:1024:0,128:2048:0,128:4096:0" \
     bash scripts/gpu-phases.sh trace 2>&1 | grep -E "^==|end|fit|rc="
 done
-bash scripts/gpu-phases.sh bundle 2>&1 | grep rc=
+[ -n "${NO_BUNDLE:-}" ] || bash scripts/gpu-phases.sh bundle 2>&1 | grep rc=  # NO_BUNDLE: a later script bundles

@@ -6,11 +6,20 @@
 #         its `traceo` half is main; its `trace` half wants a library of e1c1a59 and can be dropped):
 #         the O store's issue with 2 TMA boxes, against call 3's 0.93-0.99 us with 16.
 #  ncu    any card, ~3 min: callT.sh (hopattn and cuDNN under ncu at d128 512 / 1k / 4k).
+#  delay  any card, ~90 s: callD.sh (is a tile's end on the SM's critical path? main against main with
+#         a 0.5 / 1 us spin at every tile's end). Needs .gpu-exp/ab/libhopattn-d500.so.xz and -d1000,
+#         built from main + end-delay.patch (callD.sh's header says how).
+#  short  trace, delay and ncu in one call (~5 min; the first machine that comes should do them all;
+#         the last of them bundles every log).
 #  grid   an H200 only: issue 3's forward grid (s56 next.sh grid, PACK=.gpu-m60); ~8 min.
 #  bwd    an H200 only: issue 5's backward record (s56 next.sh bwd); ~5 min.
 export PACK=${PACK:-.gpu-m60}
 case "${1:-trace}" in
   trace) bash docs/bench/s59-2026-12-07/call4.sh ;;
   ncu) bash docs/bench/s59-2026-12-07/callT.sh ;;
+  delay) bash docs/bench/s59-2026-12-07/callD.sh ;;
+  short) NO_BUNDLE=1 bash docs/bench/s59-2026-12-07/callT.sh
+         NO_BUNDLE=1 bash docs/bench/s59-2026-12-07/callD.sh
+         bash docs/bench/s59-2026-12-07/call4.sh ;;
   grid|bwd) bash docs/bench/s56-2026-12-06/next.sh "$1" ;;
 esac
