@@ -17,10 +17,11 @@ import argparse
 
 import common  # bench/common.py, beside this script
 
-OPS = ("attention", "attention_fp8", "forward_fp8", "backward", "cudnn", "fa2")
-# The peers' forward at the same shape and on the same buffers (torch SDPA, as compare.py times it):
-# ncu then profiles their kernels (pick them with --kernel-name, e.g. regex:"fprop|flash_fwd").
-PEER_BACKENDS = {"cudnn": "CUDNN_ATTENTION", "fa2": "FLASH_ATTENTION"}
+# cudnn, fa2: the peers' forward at the same shape and on the same buffers, built by compare.py's
+# make_impls (torch SDPA), so ncu profiles what compare.py times (pick their kernels with
+# --kernel-name, e.g. regex:"fprop|flash_fwd").
+PEERS = ("cudnn", "fa2")
+OPS = ("attention", "attention_fp8", "forward_fp8", "backward") + PEERS
 
 
 def parse_args(argv=None):
@@ -49,15 +50,14 @@ def make_call(torch, hopattn, args):
     _, _, _, q, k, v = common.probe_inputs(torch, direction, args.hdim, args.seqlen, args.causal, seed=0)
     if args.op == "attention":
         return lambda: hopattn.attention(q, k, v, causal=args.causal)
-    if args.op in PEER_BACKENDS:
-        from torch.nn.attention import SDPBackend, sdpa_kernel
+    if args.op in PEERS:
+        from compare import make_impls
 
-        backend = getattr(SDPBackend, PEER_BACKENDS[args.op])
-        qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))  # (b, h, s, d) views, no copy
+        fn, backend = make_impls(torch)[args.op](q, k, v, args.causal)
 
         def peer():
-            with sdpa_kernel(backend):
-                return torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=args.causal)
+            with backend():
+                return fn()
 
         return peer
     if args.op == "attention_fp8":

@@ -349,9 +349,11 @@ def test_ncu_shape_peer_ops_call_sdpa_with_their_backend(monkeypatch):
     attention.SDPBackend = types.SimpleNamespace(CUDNN_ATTENTION="cudnn-backend", FLASH_ATTENTION="flash-backend")
     attention.sdpa_kernel = Backend
     monkeypatch.setitem(sys.modules, "torch.nn.attention", attention)
+    monkeypatch.setitem(sys.modules, "hopattn", types.ModuleType("hopattn"))  # make_impls imports it
 
     def sdpa(q, k, v, is_causal):
         calls.append((list(active), [(t.name, t.dims) for t in (q, k, v)], is_causal))
+        return T("out")
 
     torch = types.SimpleNamespace(nn=types.SimpleNamespace(functional=types.SimpleNamespace(scaled_dot_product_attention=sdpa)))
     for op, backend in (("cudnn", "cudnn-backend"), ("fa2", "flash-backend")):
