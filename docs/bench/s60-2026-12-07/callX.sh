@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Branch xtile (docs/design-cross-tile.md): the next tile's first S GEMM issued with this tile's last
-# P V, O's finalize and store under it, Q double-buffered. Measuring library .gpu-exp/ab/libhopattn-
+# P V, O's finalize and store under it, Q double-buffered. Session 56's branch cross-tile did this at
+# d128 (-2.3% at 512, old 16-box O store); xtile is on main's 2-box store and covers d64 too. Measuring library .gpu-exp/ab/libhopattn-
 # xtile.so.xz: main's objects with fwd_bf16_hdim128 and fwd_bf16_hdim64 built from the branch with
 # -DHOPATTN_FWD_CROSS_TILE=1 (`SRC_ROOT=<xtile worktree> scripts/variant-lib.sh xtile
 # "-DHOPATTN_FWD_CROSS_TILE=1" fwd_bf16_hdim128 fwd_bf16_hdim64`; it applies at d128 N = 128, i.e.

@@ -3,7 +3,9 @@
 # main and pack it (`PACK_DIR=.gpu-m60 PACK_SLIM=1 bash scripts/gpu-pack.sh`), and build the xtile
 # library from branch xtile (callX.sh's header says how).
 #  xtile  any card, ~5 min: callX.sh (branch xtile, docs/design-cross-tile.md: the next tile's first
-#         S under this tile's end, at d128 N = 128 and d64). Gtests, then compute-sanitizer, then
+#         S under this tile's end, at d128 N = 128 and d64). Session 56 measured the same chaining
+#         at d128 (-2.3% at 512) with the old 16-box O store; this run is for d64 (untried) and for
+#         what the halved store changes at d128. Gtests, then compute-sanitizer, then
 #         ab.py at d128 / d64 512 and 1k against main. carry [.gpu-m60, .gpu-exp]. If it fails,
 #         the gtest logs are in the bundle; if it gains, merge (the branch is off by default: check
 #         that the default build's SASS is unchanged, then turn kBitCrossTile on in kStageE) and
