@@ -263,6 +263,20 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
         K::Epilogue::store_empty(params.epilogue, thread_idx, t.m_block, t.head, si);
         continue;
       }
+      if constexpr (Mainloop::kIdlePadding && !HOPATTN_FWD_TRACE) {
+        // Rows that are never stored: take the tile's turns and releases only (Mainloop::idle_tile).
+        // A split tile's pieces merge per warpgroup (tail_split.cuh) and keep the full walk.
+        bool piece = false;
+        if constexpr (Cfg::kTailSplit) piece = t.piece >= 0;
+        if (!piece && Mainloop::padding_warpgroup(si, t.m_block, cutlass::canonical_warp_group_idx() - 1)) {
+          Mainloop::idle_tile(ss, pipe_k, pipe_v, st, q_phase, kb);
+          q_phase ^= 1u;
+          // The Q release the other warpgroups make after the tile (see below), without a store.
+          if constexpr (!Cfg::kEarlyQ)
+            cutlass::arch::NamedBarrier::arrive(Cfg::kNumMmaThreads + 32, barrier_id(FwdBarrier::kQueryEmpty));
+          continue;
+        }
+      }
 #if HOPATTN_FWD_TRACE
       const uint64_t trace_start = thread_idx == 0 ? bwd::trace_clock() : 0;
 #endif

@@ -874,6 +874,52 @@ struct FwdMainloop {
       ++st;
     }
   }
+
+  // 192-row tiles (three consumer warpgroups) pad a length that is no multiple of 192 with one or
+  // two warpgroups of rows that are never stored: d64 at 512 keys computes 576 rows, at 1k 1152.
+  // Such a warpgroup (rows past rows_q, or with kRowShift above the sequence) walks the tile with
+  // idle_tile instead, and the other warpgroups share the tensor cores between them. Two-warpgroup
+  // tiles are left as they were (a padding warpgroup there is rarer, and their O in V and cluster
+  // releases would need the same treatment). So are packed batches: there rows_q is a per-lane
+  // load, and the test made ptxas treat the tile loop as divergent (key loop 759 -> 786
+  // instructions, R2UR 8 -> 48, 19 more LDL/STL at d64 bf16).
+  static constexpr bool kIdlePadding = Cfg::kNumConsumerWG > 2 && !Cfg::kVarlen && !Cfg::kOInV && Cfg::kClusterM == 1;
+  __device__ static bool padding_warpgroup(const SeqInfo& si, int m_block, int wg) {
+    const int row = m_block * kBlockM + wg * 64;
+    return row >= si.rows_q || row + 64 <= (kRowShift ? si.row_shift : 0);
+  }
+
+  // mma_tile's hand-shakes without its work: the same turns (the turn barriers form a fixed ring,
+  // so a warpgroup that skipped them would stall the next), Q's release where mma_tile releases it,
+  // and each K/V stage released once it has been filled. A release before the fill would count
+  // toward the stage's previous fill, which the other warpgroups may still be reading.
+  __device__ static void idle_tile(SharedStorage& ss, Pipeline& pipe_k, Pipeline& pipe_v, PipelineState& st,
+                                   uint32_t q_phase, KeyBlocks kb) {
+    static_assert(kIdlePadding);
+    const GemmTurn turn{cutlass::canonical_warp_group_idx() - 1};
+    // Q's release counts every consumer thread once per tile; waiting for this tile's Q keeps this
+    // warpgroup's release from landing on the previous tile's phase.
+    cutlass::arch::ClusterTransactionBarrier::wait(&ss.barrier_q, q_phase);
+    for (int n = kb.end - 1; n >= kb.begin; --n) {
+      if constexpr (Cfg::kIntraWGOverlap) {  // S of block n (with P V of block n + 1)
+        turn.wait();
+        turn.pass();
+      }
+      pipe_k.consumer_wait(st);
+      pipe_k.consumer_release(st);
+      if constexpr (Cfg::kEarlyQ) {
+        if (n == kb.begin)
+          cutlass::arch::NamedBarrier::arrive(Cfg::kNumMmaThreads + 32, barrier_id(FwdBarrier::kQueryEmpty));
+      }
+      pipe_v.consumer_wait(st);
+      pipe_v.consumer_release(st);
+      ++st;
+    }
+    if constexpr (Cfg::kIntraWGOverlap) {  // the last P V
+      turn.wait();
+      turn.pass();
+    }
+  }
 };
 
 }  // namespace hopattn::sm90::ws
