@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Session 61's first call. On an H200: issue 3's forward grid, then issue 5's backward grid
 # (bench/compare.py, the peers in the same process; main's library, pack .gpu-m60 = 3c195a4's src).
-# On any other card: branch xtile's check and A/B (s60 callX.sh; ran so in session 61). carry [.gpu-m60, .gpu-exp].
+# (PACK from the caller: next.sh sets .gpu-m61.) On any other card: branch xtile's check and A/B (s60 callX.sh; ran so in session 61). carry [.gpu-m60, .gpu-exp].
 export PACK=${PACK:-.gpu-m60} PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/out}
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader); echo "$gpu"
