@@ -273,7 +273,7 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
           q_phase ^= 1u;
           // The Q release the other warpgroups make after the tile (see below), without a store.
           if constexpr (!Cfg::kEarlyQ)
-            cutlass::arch::NamedBarrier::arrive(Cfg::kNumMmaThreads + 32, barrier_id(FwdBarrier::kQueryEmpty));
+            Mainloop::release_query();
           continue;
         }
       }
@@ -291,7 +291,7 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
       // Q is released once per tile with keys. With a separate O buffer as soon as no GEMM reads Q
       // any more: after the last S GEMM inside mma_tile (kEarlyQ), else here, before the epilogue.
       if constexpr (Cfg::kOOutsideQ && !Cfg::kEarlyQ)
-        cutlass::arch::NamedBarrier::arrive(Cfg::kNumMmaThreads + 32, barrier_id(FwdBarrier::kQueryEmpty));
+        Mainloop::release_query();
       float lse[Mainloop::kRowsPerThread];
       auto o_rc = acc_rowcol(tOrO);
       softmax.finalize(o_rc, mp.scale, lse);
@@ -341,7 +341,7 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1)
       }
       if constexpr (!Cfg::kOOutsideQ) {
         // The Q/O buffer is free (the O store has read it): the producer may load the next Q.
-        cutlass::arch::NamedBarrier::arrive(Cfg::kNumMmaThreads + 32, barrier_id(FwdBarrier::kQueryEmpty));
+        Mainloop::release_query();
       }
     }
     K::Epilogue::drain(thread_idx);

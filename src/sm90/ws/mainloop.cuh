@@ -642,6 +642,12 @@ struct FwdMainloop {
     }
   }
 
+  // The consumers' release of the Q buffer: every consumer thread arrives once per tile with keys,
+  // and the producer syncs on it (with its own warp) before loading the next tile's Q there.
+  __device__ static void release_query() {
+    cutlass::arch::NamedBarrier::arrive(Cfg::kNumMmaThreads + 32, barrier_id(FwdBarrier::kQueryEmpty));
+  }
+
   // Hands the tensor cores to the next consumer warpgroup (ping-pong). Warpgroup w waits on its
   // own turn barrier before issuing GEMMs and passes the turn on right after issuing them, so its
   // softmax runs while the next warpgroup's GEMMs execute.
@@ -743,7 +749,7 @@ struct FwdMainloop {
     auto q_read_done = [&](int n) {  // call once S of block n has completed
       if constexpr (Cfg::kEarlyQ) {
         if (n == n_begin)
-          cutlass::arch::NamedBarrier::arrive(Cfg::kNumMmaThreads + 32, barrier_id(FwdBarrier::kQueryEmpty));
+          release_query();
       }
     };
     // FP8: the key block's exponent multiplier, loaded before its S GEMM is waited for.
@@ -911,7 +917,7 @@ struct FwdMainloop {
       pipe_k.consumer_release(st);
       if constexpr (Cfg::kEarlyQ) {
         if (n == kb.begin)
-          cutlass::arch::NamedBarrier::arrive(Cfg::kNumMmaThreads + 32, barrier_id(FwdBarrier::kQueryEmpty));
+          release_query();
       }
       pipe_v.consumer_wait(st);
       pipe_v.consumer_release(st);
