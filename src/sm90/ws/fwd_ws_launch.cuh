@@ -144,6 +144,10 @@ cudaError_t launch_ws_config(const Problem& prob, const AttnProblem& pr, cudaStr
       }
     }
     grid = K::Scheduler::grid_size(params.order, num_sms);
+    if constexpr (K::kRotateRounds) {
+      static const int forced = heuristics::env_override("HOPATTN_WS_ROTATE");  // 0: the plain round-robin
+      if (forced != 0) params.order.set_rotation(grid, params.order.split.num_indices(params.order.num_tiles()));
+    }
   }
 
   // Above 48 KB, dynamic shared memory must be opted into per kernel (once per device).

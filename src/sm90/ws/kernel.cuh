@@ -43,9 +43,12 @@ struct FwdWsKernel {
   // non-causal one 4 LDL/STL per key block, which lost more (uniform mix +10%) than the order won.
   static constexpr bool kDynamicOrder =
       Cfg::kVarlen && Cfg::kBlockM != 128 && !Cfg::kLocal && (Cfg::kFp8 || Cfg::kCausalMask);
-  using Scheduler =
-      std::conditional_t<Cfg::kVarlen, VarlenTileScheduler<Cfg::kCausalMask, Cfg::kBlockM, kDynamicOrder>,
-                         StaticTileScheduler<Cfg::kCausalMask, Cfg::kPersistent, Cfg::kSnake, Cfg::kTailSplit>>;
+  // Rotated rounds (round_rotation.hpp) where the tiles of a head differ in cost without a mask:
+  // 192-row tiles, whose last query block idles its padding warpgroups (Mainloop::kIdlePadding).
+  static constexpr bool kRotateRounds = Mainloop::kIdlePadding && !Cfg::kCausalMask && Cfg::kPersistent;
+  using Scheduler = std::conditional_t<
+      Cfg::kVarlen, VarlenTileScheduler<Cfg::kCausalMask, Cfg::kBlockM, kDynamicOrder>,
+      StaticTileScheduler<Cfg::kCausalMask, Cfg::kPersistent, Cfg::kSnake, Cfg::kTailSplit, kRotateRounds>>;
   // O in V's buffer with a cluster: the next tile's V reaches this CTA's buffer from both CTAs'
   // producers (multicast), so each producer must wait for both CTAs' O stores, not only its own
   // (kOutputStored is a CTA-local named barrier). An mbarrier per CTA takes one arrival from every

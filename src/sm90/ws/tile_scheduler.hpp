@@ -12,6 +12,7 @@
 
 #include "sm90/ws/int_divider.hpp"
 #include "sm90/ws/l2_section.hpp"
+#include "sm90/ws/round_rotation.hpp"
 #include "sm90/ws/tail_split.hpp"
 #include "sm90/ws/varlen_tile_order.hpp"
 #include "sm90/ws/warp_uniform.cuh"
@@ -64,6 +65,11 @@ struct TileOrder {
   // tile()'s divisors (int_divider.hpp), set by prepare() once the fields above are.
   IntDivider heads_div{}, batch_div{}, m_blocks_div{}, units_div{};
   SectionDividers section_div{};
+  // Non-causal, persistent, StaticTileScheduler with kRotate: round r of the round-robin rotated by
+  // r * rotate slots (round_rotation.hpp), grid_div dividing by the launch's grid. Set by
+  // set_rotation() once the grid is known; rotate 0 is the plain round-robin.
+  int rotate = 0;
+  IntDivider grid_div{};
 
   // The launch calls it after setting every field above: tile() divides only through these.
   void prepare() {
@@ -72,6 +78,14 @@ struct TileOrder {
     m_blocks_div = IntDivider(num_m_blocks);
     units_div = IntDivider(units_per_head());
     section_div = SectionDividers(section, num_m_blocks, heads * batch);
+  }
+
+  // The rotation for a launch of `grid` persistent CTAs over `indices` work indices (tiles and tail
+  // pieces); left at 0 where r * rotate could leave the int range.
+  void set_rotation(int grid, int indices) {
+    rotate = round_rotation(grid, num_m_blocks);
+    if (rotate > 0 && (int64_t(indices) / grid + 2) * rotate + grid >= (int64_t(1) << 30)) rotate = 0;
+    grid_div = IntDivider(grid);
   }
 
   __host__ __device__ int num_tiles() const { return num_m_blocks * heads * batch; }
@@ -124,8 +138,12 @@ struct TileSlot {
 // Every warp of a CTA computes the same sequence without communicating: first(), then next(k) for
 // the index after the CTA's k-th item (k from 0). An item's tile may be empty (m_block < 0).
 // kTailSplit (non-causal, persistent): past the whole tiles come the pieces of order.split.
-template <bool kCausal, bool kPersistent, bool kSnake = false, bool kTailSplit = false>
+// kRotate (non-causal, persistent): round r rotated by r * order.rotate slots (round_rotation.hpp),
+// so that a CTA does not draw the same query block in every round when the grid and the query
+// blocks per head share a factor.
+template <bool kCausal, bool kPersistent, bool kSnake = false, bool kTailSplit = false, bool kRotate = false>
 struct StaticTileScheduler {
+  static_assert(!kRotate || (!kCausal && kPersistent), "rotated rounds are for the plain non-causal round-robin");
   static_assert(!kTailSplit || (!kCausal && kPersistent), "the tail split deals equal tiles round-robin");
   TileOrder<kCausal> order;
 
@@ -166,6 +184,9 @@ struct StaticTileScheduler {
   // Round r's indices are all >= r * G: once one is past the end, every later one is too.
   __device__ int index_of(int r) const {
     if constexpr (!kPersistent) return r == 0 ? static_cast<int>(blockIdx.x) : order.num_tiles();
+    if constexpr (kRotate)
+      return rotated_round_index(r, static_cast<int>(gridDim.x), static_cast<int>(blockIdx.x), order.rotate,
+                                 order.grid_div);
     return round_robin_index<kCausal>(r, static_cast<int>(gridDim.x), static_cast<int>(blockIdx.x), order.fold,
                                       kSnake && order.snake);
   }
