@@ -41,7 +41,7 @@ inline int round_rotation(int grid, int num_m_blocks) {
 // The work index of CTA b's item r among g CTAs: round r's indices r * g .. r * g + g - 1, with CTA
 // b taking slot (b + r * rotate) mod g. A permutation of each round, so every index is dealt once
 // and a CTA's indices still increase (each lies in its own round). g_div divides by g; b + r * rotate
-// stays below 2^31 for any grid TileOrder accepts (r < 2^29 / g, rotate < nb).
+// stays below 2^30: TileOrder::set_rotation leaves rotate at 0 for a launch where it would not.
 HOPATTN_HOST_DEVICE inline int rotated_round_index(int r, int g, int b, int rotate, const IntDivider& g_div) {
   int slot;
   g_div.divmod(b + r * rotate, slot);
