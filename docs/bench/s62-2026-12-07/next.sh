@@ -8,6 +8,8 @@
 #        (fwd 320 s + bwd 230 s at most; on an H100 the two took ~150 s each). ~9-10 min with the start.
 #  fp8   any card: compare.py --direction fp8 (issue 4's grid on main: idle padding warpgroups and
 #        rotated rounds at d64).
+#  balance  any card: callB.sh, the tensor pipe's spread over SMs at every forward grid point (~4 min):
+#        finds any other round-robin that aliases as d64's did.
 export PACK=${PACK:-.gpu-m62} PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/out}
 case "${1:-grid}" in
@@ -20,6 +22,7 @@ case "${1:-grid}" in
             bash scripts/gpu-phases.sh grid 2>&1 | grep -E "^\||rc=|done" | cut -d'|' -f2-11 | head -60
         done
         bash scripts/gpu-phases.sh bundle 2>&1 | grep rc= ;;
+  balance) bash docs/bench/s62-2026-12-07/callB.sh ;;
   fp8) nvidia-smi --query-gpu=name --format=csv,noheader
        GRID_T=400 GRID_ARGS="--direction fp8 --out-dir $O" bash scripts/gpu-phases.sh grid 2>&1 \
          | grep -E "^\||rc=" | cut -d'|' -f2-11 | head -40 ;;
