@@ -43,8 +43,8 @@ TEST(RoundRotation, RotationMakesGridAndQueryBlocksCoprime) {
       ASSERT_GE(rot, 0);
       ASSERT_LT(rot, std::max(nb, 1));
       if (nb > 1) {
-        EXPECT_EQ(gcd_int(g + rot, nb), 1) << "g " << g << " nb " << nb;
-        for (int s = 0; s < rot; ++s) EXPECT_NE(gcd_int(g + s, nb), 1) << "not the smallest, g " << g << " nb " << nb;
+        EXPECT_EQ(std::gcd(g + rot, nb), 1) << "g " << g << " nb " << nb;
+        for (int s = 0; s < rot; ++s) EXPECT_NE(std::gcd(g + s, nb), 1) << "not the smallest, g " << g << " nb " << nb;
       }
     }
 }

@@ -884,13 +884,13 @@ struct FwdMainloop {
   // 192-row tiles (three consumer warpgroups) pad a length that is no multiple of 192 with one or
   // two warpgroups of rows that are never stored: d64 at 512 keys computes 576 rows, at 1k 1152.
   // Such a warpgroup (rows past rows_q, or with kRowShift above the sequence) walks the tile with
-  // idle_tile instead. Measured (docs/perf-notes.md, session 61): FP8 d64 +6.5% at 512 keys (most
-  // likely the XU, which the idle warpgroup's exponentials no longer share; not profiled), 16-bit
-  // d64 level (so there a warpgroup's cycle is its own chain, not the shared tensor pipe).
-  // Two-warpgroup tiles are left as they were (a padding warpgroup there is rarer, and their O in V
-  // and cluster releases would need the same treatment). So are packed batches: the branch made ptxas treat their tile loop as divergent
-  // (key loop 759 -> 786 instructions, R2UR 8 -> 48, 19 more LDL/STL at d64 bf16), with the
-  // predicate through redux.sync too.
+  // idle_tile instead. Alone it measured FP8 d64 +6.5% at 512 keys and 16-bit d64 level (session
+  // 61): the cheap last tiles all went to the same CTAs, whose round-robin aliased with the query
+  // blocks per head; with the rounds rotated (round_rotation.hpp, session 62) d64 gains 7-8% at
+  // 512 / 1k keys. Two-warpgroup tiles are left as they were (a padding warpgroup there is rarer,
+  // and their O in V and cluster releases would need the same treatment). So are packed batches:
+  // the branch made ptxas treat their tile loop as divergent (key loop 759 -> 786 instructions,
+  // R2UR 8 -> 48, 19 more LDL/STL at d64 bf16), with the predicate through redux.sync too.
   static constexpr bool kIdlePadding = Cfg::kNumConsumerWG > 2 && !Cfg::kVarlen && !Cfg::kOInV && Cfg::kClusterM == 1;
   __device__ static bool padding_warpgroup(const SeqInfo& si, int m_block, int wg) {
     const int row = m_block * kBlockM + wg * 64;

@@ -14,27 +14,19 @@
 // visits every query block once per nb rounds when G + rotate and nb are coprime.
 #pragma once
 
+#include <numeric>
+
 #include "sm90/ws/int_divider.hpp"
 
 namespace hopattn::sm90::ws {
 
-// Greatest common divisor of two non-negative ints (host and device; std::gcd is host-only here).
-HOPATTN_HOST_DEVICE inline int gcd_int(int a, int b) {
-  while (b != 0) {
-    const int t = a % b;
-    a = b;
-    b = t;
-  }
-  return a;
-}
-
 // The smallest rotate >= 0 that makes G + rotate coprime with nb (0 when G and nb already are, so
-// that a launch whose rounds do not alias keeps the plain order). At most a few steps: among any
-// nb consecutive integers some are coprime with nb, and the first usually within 1 or 2.
+// that a launch whose rounds do not alias keeps the plain order). Host only (the launch). At most a
+// few steps: among any nb consecutive integers some are coprime with nb, the first usually within 2.
 inline int round_rotation(int grid, int num_m_blocks) {
   if (grid < 1 || num_m_blocks < 2) return 0;
   int rotate = 0;
-  while (gcd_int(grid + rotate, num_m_blocks) != 1) ++rotate;
+  while (std::gcd(grid + rotate, num_m_blocks) != 1) ++rotate;
   return rotate;
 }
 
