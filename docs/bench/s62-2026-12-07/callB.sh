@@ -34,7 +34,7 @@ g = lambda k: v.get(k, float("nan"))
 mean, lo, hi = (g(f"sm__pipe_tensor_cycles_active.{s}.pct_of_peak_sustained_active") for s in ("avg", "min", "max"))
 t = g("gpu__time_duration.sum")
 unit_t = [r[unit] for r in rows[1:] if r[name] == "gpu__time_duration.sum"]
-us = t * {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3}.get(unit_t[0] if unit_t else "usecond", 1.0)
+us = t * {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3}.get(unit_t[0] if unit_t else "usecond", 1.0)
 print(f"| {sys.argv[2]} | {sys.argv[3]} | {sys.argv[4]} | {sys.argv[5]} | {us:.1f} | {mean:.1f} | {lo:.1f} | {hi:.1f} | {hi / mean:.3f} |")
 PY
   done; done; done
