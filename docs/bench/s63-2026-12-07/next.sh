@@ -7,9 +7,18 @@
 #       (1.040x on the H200 in session 36; 1.11x on an H100 in session 60).
 #  fwd  issue 3's forward grid (320 s at most).
 #  bwd256  the backward's d256 rows alone (150 s at most; for a call with ~350 s of budget left).
+#  decprof  any card: issue 6's 1k column (session 63 on an H100: hopattn / cuDNN 0.85 / 0.95 / 0.97
+#        at batch 1 / 8 / 32), kernel by kernel: bench/decode_profile.py, hopattn and cuDNN,
+#        batch 1 / 8 / 32 / 64 at 1k and 8k (~1 min). Pack main's build first (the decode skip).
 export PACK=${PACK:-.gpu-m62} PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/out}
 d=${1:-bwd}
+if [ $d = decprof ]; then
+  p=$PWD/$PACK; [ -f $p/lib/libhopattn.so ] || xz -T8 -dk $p/lib/libhopattn.so.xz
+  PYTHONPATH=$p/python HOPATTN_LIBRARY=$p/lib/libhopattn.so LD_LIBRARY_PATH=$p/lib timeout 200 \
+    python3 bench/decode_profile.py --batches 1,8,32,64 --cache-lens 1024,8192 --peers 2>&1 | tee $O/decprof.txt
+  exit
+fi
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader); echo "$gpu"
 case "$gpu" in *H200*) ;; *) echo "not an H200: the record grid runs on the H200 only"; exit 3 ;; esac
 case $d in fwd) t=320 a="--direction fwd" ;; bwd) t=230 a="--direction bwd" ;; bwd256) t=150 a="--direction bwd --hdims 256" ;; esac
