@@ -10,6 +10,8 @@
 #  decprof  any card: issue 6's 1k column (session 63 on an H100: hopattn / cuDNN 0.85 / 0.95 / 0.97
 #        at batch 1 / 8 / 32), kernel by kernel: bench/decode_profile.py, hopattn and cuDNN,
 #        batch 1 / 8 / 32 / 64 at 1k and 8k (~1 min). Pack main's build first (the decode skip).
+# Also prepared (on branch decode-cluster-combine, worktree /work/wt-dcc): callX.sh there, the decode
+# splits combined in clusters (any card, ~5 min; perf-notes "Decode: the padding rows' softmax skipped").
 export PACK=${PACK:-.gpu-m62} PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/out}
 d=${1:-bwd}
