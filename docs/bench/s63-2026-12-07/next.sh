@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The H200 record grids, one direction a call (s63 plan; s62's next.sh `grid` runs both, ~10 min with
 # the start, more than a session has left once a few starts have failed). Packs do not survive a new
-# checkout: build main and pack it (`PACK_DIR=.gpu-m62 PACK_SLIM=1 bash scripts/gpu-pack.sh`), then
-# carry [.gpu-m62]. An H200 only (needs_h200); exits 3 on another card.
+# checkout: build main and pack it (`PACK_DIR=.gpu-m63 PACK_SLIM=1 bash scripts/gpu-pack.sh`), then
+# carry [.gpu-m63 (be01086: main with the decode padding-row skip)]. An H200 only (needs_h200); exits 3 on another card.
 #  bwd  issue 5's backward grid (230 s at most): the bar left is d256 non-causal 4k >= 1.05x cuDNN
 #       (1.040x on the H200 in session 36; 1.11x on an H100 in session 60).
 #  fwd  issue 3's forward grid (320 s at most).
@@ -12,7 +12,7 @@
 #        batch 1 / 8 / 32 / 64 at 1k and 8k (~1 min). Pack main's build first (the decode skip).
 # Also prepared (on branch decode-cluster-combine, worktree /work/wt-dcc): callX.sh there, the decode
 # splits combined in clusters (any card, ~5 min; perf-notes "Decode: the padding rows' softmax skipped").
-export PACK=${PACK:-.gpu-m62} PYTHONUNBUFFERED=1
+export PACK=${PACK:-.gpu-m63} PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/out}
 d=${1:-bwd}
 if [ $d = decprof ]; then
