@@ -70,6 +70,10 @@ def main(argv=None):
     p.add_argument("--num-splits", type=int, default=0, help="hopattn's num_splits (0: its heuristic)")
     p.add_argument("--no-peers", action="store_true", help="time hopattn only")
     p.add_argument("--timer", choices=["gpu", "do_bench"], default="gpu", help="see the header")
+    p.add_argument("--warm-seconds", type=float, default=0.0,
+                   help="each implementation runs back to back this long at each shape before it is timed "
+                        "(compare.warm_up), so a call is not timed at the clock the previous, heavier shape "
+                        "left (default %(default)s: off, the protocol of the records so far)")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
 
@@ -77,12 +81,18 @@ def main(argv=None):
     import torch.nn.functional as F
 
     import hopattn
-    from compare import make_events_timer, make_timer
+    from compare import make_events_timer, make_timer, warm_up
 
     if args.timer == "gpu":
-        timer, timer_name = make_events_timer(torch, reps=100, warmup=10, sleep_cycles=200_000)
+        base_timer, timer_name = make_events_timer(torch, reps=100, warmup=10, sleep_cycles=200_000)
     else:
-        timer, timer_name = make_timer(torch)
+        base_timer, timer_name = make_timer(torch)
+    if args.warm_seconds > 0:
+        timer_name += f"; each implementation warmed {args.warm_seconds:g} s at each shape"
+
+    def timer(fn):
+        warm_up(torch, fn, args.warm_seconds)
+        return base_timer(fn)
     warm_clocks(torch)
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
     hq, hk, d, page = args.heads, args.heads_kv, args.hdim, args.page_size

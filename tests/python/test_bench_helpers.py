@@ -233,6 +233,12 @@ def test_timing_scripts_parse_without_torch(script, capsys):
     _check_parses_without_torch(script, "--warm-seconds", ["--direction", "sideways"], capsys)
 
 
+def test_decode_parses_without_torch(capsys):
+    # --warm-seconds warms each implementation at each shape (compare.warm_up); torch is imported only
+    # after parsing, so --help and a refused value work without it.
+    _check_parses_without_torch("decode.py", "--warm-seconds", ["--warm-seconds", "long"], capsys)
+
+
 def test_varlen_same_work_parses_without_torch(capsys):
     # Imports torch only after parsing: --help works without it, a bad value is refused there too.
     _check_parses_without_torch("varlen_same_work.py", "--seqlen", ["--batch", "many"], capsys)

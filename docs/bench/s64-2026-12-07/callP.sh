@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Issue 6's decode 1k column: at batch 64, 1k the contiguous cache reads 0.87x cuDNN in decode.py's
 # peer runs (120.4 against 105.3 us, session 64 H100; 119.8 in session 63) but 107-108 us in the
-# A/B runs without peers, and the paged cache (same keys, same kernel, one split) 108.6. Which is it:
-# the shape, or where the cache sits (a peer run reaches batch 64 1k right after batch 32 128k frees
-# 16 GB, so the caching allocator carves the new cache from that segment)?
+# A/B runs without peers (which stop at 32k), and the paged cache (same keys, same kernel, one split)
+# 108.6. Which is it: the shape; where the cache sits (a peer run reaches batch 64 1k right after
+# batch 32 128k frees 16 GB, so the caching allocator carves the new cache from that segment); or the
+# clock that heavy shape leaves (contiguous is timed first at each shape; compare.warm_up's docstring)?
 #  1. decode.py with the peers at batch 64 1k alone (a fresh process);
-#  2. the peer run at batch 32 / 64, 128k then 1k (as sessions 63-64 reached batch 64 1k);
+#  2. the peer run at batch 32 / 64, 128k then 1k (as sessions 63-64 reached batch 64 1k), as is
+#     and with --warm-seconds 0.3 (each implementation warmed at each shape, as compare.py does);
 #  3. ncu on the contiguous and the paged split_kernel at batch 64 1k, fresh and after a 16 GB
 #     allocation is freed: duration, DRAM throughput, L2 hit rate, occupancy, stalls.
 # Any card; carry [.gpu-m63]. ~2.5 min (cut down for a session with little device time left).
@@ -18,8 +20,10 @@ for r in 1; do
   timeout 60 python3 bench/decode.py --batches 64 --cache-lens 1024 --json $O/dec64-r$r.json > $O/dec64-r$r.log 2>&1
   grep "^| 64 " $O/dec64-r$r.log | cut -c1-160
 done
-timeout 150 python3 bench/decode.py --batches 32,64 --cache-lens 131072,1024 --json $O/dec-all.json \
-  > $O/dec-all.log 2>&1; grep "^| " $O/dec-all.log | cut -c1-160
+for w in 0 0.3; do
+  timeout 150 python3 bench/decode.py --batches 32,64 --cache-lens 131072,1024 --warm-seconds $w --json $O/dec-w$w.json \
+    > $O/dec-w$w.log 2>&1; echo "warm $w s:"; grep "^| " $O/dec-w$w.log | cut -c1-160
+done
 for pre in 0 16; do
   t=ncu-pre$pre
   timeout 100 ncu --kernel-name regex:split_kernel --launch-skip 6 --launch-count 2 \
