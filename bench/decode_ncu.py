@@ -6,12 +6,8 @@ then one contiguous call and one paged call. Profile those two with
 (at batch >= 32 there is one split, so each call is one split_kernel launch and no combine)."""
 import argparse
 
-import torch
 
-import hopattn
-
-
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--cache-len", type=int, default=1024)
@@ -23,7 +19,12 @@ def main():
     ap.add_argument("--pre-alloc-gb", type=float, default=0,
                     help="allocate and free this many GB first, so the caches are carved from one large "
                          "cached segment, as in a decode.py run after its 128k shapes")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
+    if a.cache_len <= 0 or a.page_size <= 0 or a.cache_len % a.page_size:
+        ap.error(f"--cache-len {a.cache_len} must be a positive multiple of --page-size {a.page_size}")
+    import torch  # after parsing: --help and a bad argument need no GPU machine
+
+    import hopattn
     if a.pre_alloc_gb > 0:
         big = torch.empty(int(a.pre_alloc_gb * 2**30), dtype=torch.uint8, device="cuda")
         del big
