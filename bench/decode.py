@@ -38,6 +38,21 @@ def kv_bytes(batch, cache_len, heads_kv, head_dim, item_bytes):
     return 2 * batch * cache_len * heads_kv * head_dim * item_bytes
 
 
+def random_pages(torch, batch, pages_per_seq, gen):
+    """A random page table: (perm, table), perm the pool slot of each sequence's pages in order and
+    table = perm as (batch, pages_per_seq) int32 (what attention_with_kvcache takes)."""
+    perm = torch.randperm(batch * pages_per_seq, device="cuda", generator=gen)
+    return perm, perm.view(batch, pages_per_seq).to(torch.int32)
+
+
+def to_pages(x, perm, page):
+    """A contiguous cache x (batch, len, heads, dim) as a page pool: its pages of `page` tokens, in
+    order, stored at the pool slots `perm` (random_pages)."""
+    pool = x.new_empty(len(perm), page, *x.shape[2:])
+    pool[perm] = x.reshape(-1, page, *x.shape[2:])
+    return pool
+
+
 def gbps(nbytes, ms):
     return None if not ms else nbytes / (ms * 1e-3) / 1e9
 
@@ -139,14 +154,10 @@ def main(argv=None):
                     print(f"{name} at batch {batch}, cache {cache_len}: {type(exc).__name__}: {str(exc)[:160]}",
                           file=sys.stderr)
             # Paged: the same keys in 64-token pages scattered by a random page table.
-            pages_per_seq = cache_len // page
-            perm = torch.randperm(batch * pages_per_seq, device="cuda", generator=gen)
-            page_table = perm.view(batch, pages_per_seq).to(torch.int32)
-            k_paged = torch.empty(batch * pages_per_seq, page, hk, d, device="cuda", dtype=dtype)
-            k_paged[perm] = k_cache.view(-1, page, hk, d)
+            perm, page_table = random_pages(torch, batch, cache_len // page, gen)
+            k_paged = to_pages(k_cache, perm, page)
             k_cache = kt = None  # free the contiguous copy before the second paged one exists
-            v_paged = torch.empty_like(k_paged)
-            v_paged[perm] = v_cache.view(-1, page, hk, d)
+            v_paged = to_pages(v_cache, perm, page)
             v_cache = vt = None
 
             def paged():

@@ -25,6 +25,7 @@ def main(argv=None):
     import torch  # after parsing: --help and a bad argument need no GPU machine
 
     import hopattn
+    from decode import random_pages, to_pages  # bench/decode.py, beside this script: the same paged caches
     if a.pre_alloc_gb > 0:
         big = torch.empty(int(a.pre_alloc_gb * 2**30), dtype=torch.uint8, device="cuda")
         del big
@@ -35,12 +36,8 @@ def main(argv=None):
     k = torch.randn(b, n, hk, d, device="cuda", dtype=dt, generator=gen)
     v = torch.randn(b, n, hk, d, device="cuda", dtype=dt, generator=gen)
     seqlens = torch.full((b,), n, dtype=torch.int32, device="cuda")
-    perm = torch.randperm(b * (n // page), device="cuda", generator=gen)
-    table = perm.view(b, n // page).to(torch.int32)
-    kp = torch.empty(b * (n // page), page, hk, d, device="cuda", dtype=dt)
-    vp = torch.empty_like(kp)
-    kp[perm] = k.view(-1, page, hk, d)
-    vp[perm] = v.view(-1, page, hk, d)
+    perm, table = random_pages(torch, b, n // page, gen)
+    kp, vp = to_pages(k, perm, page), to_pages(v, perm, page)
 
     def contiguous():
         return hopattn.attention_with_kvcache(q, k, v, seqlens)

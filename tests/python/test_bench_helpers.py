@@ -241,6 +241,31 @@ def test_decode_parses_without_torch(capsys):
     _check_parses_without_torch("decode_ncu.py", "--pre-alloc-gb", ["--cache-len", "1000"], capsys)  # not whole pages
 
 
+def test_decode_to_pages_scatters_whole_pages_to_their_slots():
+    # bench/decode.py's paged caches (decode_ncu.py builds the same): page j of sequence b lands at
+    # pool slot perm[b * pages + j], so page_table[b][j] = perm[...] reads it back. numpy stands in
+    # for torch (new_empty is the one tensor method to_pages needs beyond numpy's).
+    import numpy as np
+
+    spec = importlib.util.spec_from_file_location("bench_decode_pages", common.__file__.replace("common.py", "decode.py"))
+    decode = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(decode)
+
+    class Tensor(np.ndarray):
+        def new_empty(self, *shape):
+            return np.full(shape, np.nan).view(Tensor)
+
+    batch, length, heads, dim, page = 2, 12, 3, 4, 4
+    x = np.random.default_rng(0).standard_normal((batch, length, heads, dim)).view(Tensor)
+    perm = np.random.default_rng(1).permutation(batch * length // page)
+    pool = decode.to_pages(x, perm, page)
+    assert pool.shape == (batch * length // page, page, heads, dim) and not np.isnan(pool).any()
+    table = perm.reshape(batch, length // page)
+    for b in range(batch):
+        for key in range(length):
+            assert np.array_equal(pool[table[b, key // page], key % page], x[b, key])
+
+
 def test_varlen_same_work_parses_without_torch(capsys):
     # Imports torch only after parsing: --help works without it, a bad value is refused there too.
     _check_parses_without_torch("varlen_same_work.py", "--seqlen", ["--batch", "many"], capsys)
