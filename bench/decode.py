@@ -10,7 +10,11 @@
 # Timer (--timer gpu, the default; compare.make_events_timer): before each timed call a 256 MB memset
 # flushes L2 and a torch.cuda._sleep keeps the GPU busy for ~100 us more, then CUDA events bracket
 # the call; median of 100 after 10 warm-up calls, and the clocks are raised by 0.5 s of matmuls
-# before the first shape.
+# before the first shape. Since session 65 each implementation also runs back to back for 0.3 s at
+# each shape first (--warm-seconds, compare.warm_up): without it the implementation timed first at a
+# shape ran at the clock the previous, heavier shape left (H100, right after batch 32 / 64 at 128k:
+# hopattn contiguous at batch 32 / 64, 1k read 66.8 / 117.3 us, 60.4 / 103.9 warmed; the paged call
+# and cuDNN, timed after it, moved < 1%; docs/BENCHMARKS.md, session 65).
 # The sleep makes the figure the call's GPU time: a decode step is ~10-20 us of GPU work at small
 # caches, and with do_bench (--timer do_bench) a Python route whose host cost per call (28-70 us,
 # depending on the machine) exceeds the GPU's per-iteration work lets the GPU reach the start event
@@ -85,10 +89,10 @@ def main(argv=None):
     p.add_argument("--num-splits", type=int, default=0, help="hopattn's num_splits (0: its heuristic)")
     p.add_argument("--no-peers", action="store_true", help="time hopattn only")
     p.add_argument("--timer", choices=["gpu", "do_bench"], default="gpu", help="see the header")
-    p.add_argument("--warm-seconds", type=float, default=0.0,
+    p.add_argument("--warm-seconds", type=float, default=0.3,
                    help="each implementation runs back to back this long at each shape before it is timed "
                         "(compare.warm_up), so a call is not timed at the clock the previous, heavier shape "
-                        "left (default %(default)s: off, the protocol of the records so far)")
+                        "left (default %(default)s; 0: the protocol of the records before session 65)")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
 

@@ -241,6 +241,18 @@ def test_decode_parses_without_torch(capsys):
     _check_parses_without_torch("decode_ncu.py", "--pre-alloc-gb", ["--cache-len", "1000"], capsys)  # not whole pages
 
 
+def test_decode_warms_each_implementation_by_default(capsys):
+    # Session 65: without a warm-up, the implementation timed first at a shape ran at the clock the
+    # previous, heavier shape left (batch 64 1k contiguous 117 against 104 us warmed), so the records'
+    # protocol warms each implementation 0.3 s at each shape unless told otherwise.
+    spec = importlib.util.spec_from_file_location("decode", common.__file__.replace("common.py", "decode.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with pytest.raises(SystemExit):
+        module.main(["--help"])
+    assert "(default 0.3;" in " ".join(capsys.readouterr().out.split())
+
+
 def test_decode_to_pages_scatters_whole_pages_to_their_slots():
     # bench/decode.py's paged caches (decode_ncu.py builds the same): page j of sequence b lands at
     # pool slot perm[b * pages + j], so page_table[b][j] = perm[...] reads it back. numpy stands in
