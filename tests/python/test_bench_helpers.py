@@ -154,10 +154,16 @@ def test_git_commit_prefers_env(monkeypatch, tmp_path):
     assert common.git_commit(tmp_path) == "abc123"
 
 
+def _load_bench(script, name=None):
+    """bench/<script> as a module, without running its main (the scripts import torch only inside it)."""
+    spec = importlib.util.spec_from_file_location(name or script[:-3], common.__file__.replace("common.py", script))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_compare_parses_args_without_torch():
-    spec = importlib.util.spec_from_file_location("bench_compare", common.__file__.replace("common.py", "compare.py"))
-    compare = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(compare)  # must not import torch at module level
+    compare = _load_bench("compare.py", "bench_compare")  # must not import torch at module level
     args = compare.parse_args(["--quick", "--causal", "1", "--tag", "x"])
     assert args.quick and args.causal == "1" and args.tag == "x"
     assert args.direction == "fwd"  # the default keeps existing (forward-only) runs unchanged
@@ -174,9 +180,7 @@ def test_compare_parses_args_without_torch():
 
 
 def test_warm_up_and_burn_off_touch_no_gpu():
-    spec = importlib.util.spec_from_file_location("bench_compare", common.__file__.replace("common.py", "compare.py"))
-    compare = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(compare)
+    compare = _load_bench("compare.py", "bench_compare")
 
     class NoTorch:
         def __getattr__(self, name):
@@ -214,9 +218,7 @@ def test_plot_writes_png(tmp_path):
 
 def _check_parses_without_torch(script, option, bad_args, capsys):
     """--help lists `option` and exits 0; `bad_args` are refused with exit code 2."""
-    spec = importlib.util.spec_from_file_location(script[:-3], common.__file__.replace("common.py", script))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = _load_bench(script)
     with pytest.raises(SystemExit) as done:
         module.main(["--help"])
     assert done.value.code == 0
@@ -245,9 +247,7 @@ def test_decode_warms_each_implementation_by_default(capsys):
     # Session 65: without a warm-up, the implementation timed first at a shape ran at the clock the
     # previous, heavier shape left (batch 64 1k contiguous 117 against 104 us warmed), so the records'
     # protocol warms each implementation 0.3 s at each shape unless told otherwise.
-    spec = importlib.util.spec_from_file_location("decode", common.__file__.replace("common.py", "decode.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = _load_bench("decode.py")
     with pytest.raises(SystemExit):
         module.main(["--help"])
     assert "(default 0.3;" in " ".join(capsys.readouterr().out.split())
@@ -259,9 +259,7 @@ def test_decode_to_pages_scatters_whole_pages_to_their_slots():
     # for torch (new_empty is the one tensor method to_pages needs beyond numpy's).
     import numpy as np
 
-    spec = importlib.util.spec_from_file_location("bench_decode_pages", common.__file__.replace("common.py", "decode.py"))
-    decode = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(decode)
+    decode = _load_bench("decode.py", "bench_decode_pages")
 
     class Tensor(np.ndarray):
         def new_empty(self, *shape):
