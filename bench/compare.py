@@ -71,12 +71,12 @@ def parse_args(argv=None):
 
 
 def flushed_call_times(torch, fn, reps, flush, sleep=None, sleep_cycles=0):
-    """Milliseconds of each of `reps` calls of fn, CUDA events around each call, with the `flush`
-    buffer zeroed (L2 flushed) before each, and then sleep(sleep_cycles) if sleep is given."""
+    """Milliseconds of each of `reps` calls of fn, CUDA events around each call, with flush() (an L2
+    flush, make_l2_flush) before each, and then sleep(sleep_cycles) if sleep is given."""
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     for i in range(reps):
-        flush.zero_()
+        flush()
         if sleep is not None:
             sleep(sleep_cycles)
         starts[i].record()
@@ -86,12 +86,27 @@ def flushed_call_times(torch, fn, reps, flush, sleep=None, sleep_cycles=0):
     return [s.elapsed_time(e) for s, e in zip(starts, ends)]
 
 
-def make_events_timer(torch, reps=30, warmup=5, sleep_cycles=0):
+FLUSH_MODES = ("memset", "read")
+
+
+def make_l2_flush(torch, mode="memset", nbytes=256 << 20):
+    """A function that evicts L2 (50 MB on H100 and H200) by touching nbytes of a buffer. "memset"
+    writes it (triton's do_bench does): L2 is then full of dirty lines, written back to HBM while the
+    next kernel reads, which charges a memory-bound call with up to L2's size of writes (~12-16 us
+    at 1k-token decode shapes). "read" sums it instead, leaving L2 full of clean lines: the call
+    then pays for its own traffic only."""
+    if mode not in FLUSH_MODES:
+        raise ValueError(f"flush mode {mode!r} is not one of {FLUSH_MODES}")
+    buf = torch.zeros(nbytes // 4, dtype=torch.float32, device="cuda")
+    return buf.zero_ if mode == "memset" else buf.sum
+
+
+def make_events_timer(torch, reps=30, warmup=5, sleep_cycles=0, flush_mode="memset"):
     """Median ms of fn over `reps` calls after `warmup`, CUDA events around each call, with L2 flushed
-    (a 256 MB memset) before each. sleep_cycles > 0: torch.cuda._sleep that long after the flush,
-    so the GPU stays ahead of the host and the events time the call's GPU work alone (for calls
-    shorter than their host cost; bench/decode.py)."""
-    flush = torch.empty(256 * 1024 * 1024, dtype=torch.int8, device="cuda")
+    (make_l2_flush: a 256 MB memset, or a 256 MB read) before each. sleep_cycles > 0:
+    torch.cuda._sleep that long after the flush, so the GPU stays ahead of the host and the events
+    time the call's GPU work alone (for calls shorter than their host cost; bench/decode.py)."""
+    flush = make_l2_flush(torch, flush_mode)
     sleep = getattr(torch.cuda, "_sleep", None) if sleep_cycles > 0 else None
 
     def events_median(fn):
@@ -99,7 +114,7 @@ def make_events_timer(torch, reps=30, warmup=5, sleep_cycles=0):
             fn()
         return statistics.median(flushed_call_times(torch, fn, reps, flush, sleep, sleep_cycles))
 
-    name = (f"CUDA events, L2 flush{' + sleep' if sleep else ''} before each call, "
+    name = (f"CUDA events, L2 flush ({flush_mode}){' + sleep' if sleep else ''} before each call, "
             f"median of {reps} after {warmup} warm-up runs")
     if sleep_cycles > 0 and sleep is None:
         name += " (no torch.cuda._sleep)"

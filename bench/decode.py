@@ -8,7 +8,7 @@
 # Prints a markdown table; --json writes the rows. GPU machine only (torch with CUDA).
 #
 # Timer (--timer gpu, the default; compare.make_events_timer): before each timed call a 256 MB memset
-# flushes L2 and a torch.cuda._sleep keeps the GPU busy for ~100 us more, then CUDA events bracket
+# flushes L2 (--flush read: a 256 MB read, which leaves no dirty lines for the call to write back) and a torch.cuda._sleep keeps the GPU busy for ~100 us more, then CUDA events bracket
 # the call; median of 100 after 10 warm-up calls, and the clocks are raised by 0.5 s of matmuls
 # before the first shape. Since session 65 each implementation also runs back to back for 0.3 s at
 # each shape first (--warm-seconds, compare.warm_up): without it the implementation timed first at a
@@ -93,6 +93,10 @@ def main(argv=None):
                    help="each implementation runs back to back this long at each shape before it is timed "
                         "(compare.warm_up), so a call is not timed at the clock the previous, heavier shape "
                         "left (default %(default)s; 0: the protocol of the records before session 65)")
+    p.add_argument("--flush", choices=["memset", "read"], default="memset",
+                   help="how L2 is evicted before each timed call (compare.make_l2_flush): a 256 MB memset "
+                        "(default, as triton's do_bench and the records so far) leaves ~50 MB of dirty lines that "
+                        "the timed call writes back to HBM while it reads; a 256 MB read leaves clean lines")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
 
@@ -103,8 +107,11 @@ def main(argv=None):
     from compare import make_events_timer, make_timer, warm_up
 
     if args.timer == "gpu":
-        base_timer, timer_name = make_events_timer(torch, reps=100, warmup=10, sleep_cycles=200_000)
+        base_timer, timer_name = make_events_timer(torch, reps=100, warmup=10, sleep_cycles=200_000,
+                                                   flush_mode=args.flush)
     else:
+        if args.flush != "memset":
+            raise SystemExit("--flush read needs --timer gpu (do_bench flushes with a memset)")
         base_timer, timer_name = make_timer(torch)
     if args.warm_seconds > 0:
         timer_name += f"; each implementation warmed {args.warm_seconds:g} s at each shape"

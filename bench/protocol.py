@@ -104,7 +104,7 @@ def main(argv=None):
 
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
-    from compare import flushed_call_times, power_burn, warm_up
+    from compare import flushed_call_times, make_l2_flush, power_burn, warm_up
     from spread import hopattn_and_cudnn
 
     power_burn(torch, 2.0)
@@ -117,7 +117,7 @@ def main(argv=None):
             with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
                 sampler = ClockSampler()
                 res, kernels = {}, {}
-                flush = torch.empty(256 * 1024 * 1024, dtype=torch.int8, device="cuda")
+                flush = make_l2_flush(torch, "memset")
                 for proto in PROTOCOLS:
                     warm_up(torch, fn, args.warm_seconds)
                     t0 = time.time()

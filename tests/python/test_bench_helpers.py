@@ -321,11 +321,7 @@ def test_flushed_call_times_flushes_before_every_call():
     class FakeTorch:
         cuda = Cuda
 
-    class Flush:
-        def zero_(self):
-            log.append("flush")
-
-    times = compare.flushed_call_times(FakeTorch(), lambda: log.append("call"), 3, Flush())
+    times = compare.flushed_call_times(FakeTorch(), lambda: log.append("call"), 3, lambda: log.append("flush"))
     assert log == ["flush", "call"] * 3 + ["sync"]
     assert times == [1.0, 1.0, 1.0]  # the events bracket the call alone, not the flush
 
@@ -627,3 +623,33 @@ def test_decode_ab_table_compares_best_rounds(tmp_path):
     assert contig == "| 32 | 8192 | contig | 400.0 / 380.0 | 200.0 / 190.0 | 2.000 |"  # best 380 / best 190
     paged = next(line for line in lines if "paged64" in line)
     assert paged.endswith("| 500.0 / 520.0 | - | - |")  # one library only: no ratio
+
+
+def test_l2_flush_modes(capsys):
+    # compare.make_l2_flush: "memset" writes the buffer (zero_), "read" reduces it (sum) so that L2 is
+    # left without dirty lines; anything else is refused by name. decode.py exposes it as --flush.
+    import compare
+
+    calls = []
+
+    class Buffer:
+        def zero_(self):
+            calls.append("zero_")
+
+        def sum(self):
+            calls.append("sum")
+
+    class FakeTorch:
+        float32 = "float32"
+
+        @staticmethod
+        def zeros(n, dtype, device):
+            assert n * 4 == 256 << 20 and dtype == "float32" and device == "cuda"
+            return Buffer()
+
+    compare.make_l2_flush(FakeTorch, "memset")()
+    compare.make_l2_flush(FakeTorch, "read")()
+    assert calls == ["zero_", "sum"]
+    with pytest.raises(ValueError, match="'write'"):
+        compare.make_l2_flush(FakeTorch, "write")
+    _check_parses_without_torch("decode.py", "--flush", ["--flush", "write"], capsys)
