@@ -99,6 +99,8 @@ def main(argv=None):
                         "the timed call writes back to HBM while it reads; a 256 MB read leaves clean lines")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
+    if args.timer == "do_bench" and args.flush != "memset":
+        p.error("--flush read needs --timer gpu (do_bench flushes with a memset)")
 
     import torch
     import torch.nn.functional as F
@@ -110,8 +112,6 @@ def main(argv=None):
         base_timer, timer_name = make_events_timer(torch, reps=100, warmup=10, sleep_cycles=200_000,
                                                    flush_mode=args.flush)
     else:
-        if args.flush != "memset":
-            raise SystemExit("--flush read needs --timer gpu (do_bench flushes with a memset)")
         base_timer, timer_name = make_timer(torch)
     if args.warm_seconds > 0:
         timer_name += f"; each implementation warmed {args.warm_seconds:g} s at each shape"

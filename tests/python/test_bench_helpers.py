@@ -653,3 +653,4 @@ def test_l2_flush_modes(capsys):
     with pytest.raises(ValueError, match="'write'"):
         compare.make_l2_flush(FakeTorch, "write")
     _check_parses_without_torch("decode.py", "--flush", ["--flush", "write"], capsys)
+    _check_parses_without_torch("decode.py", "--flush", ["--flush", "read", "--timer", "do_bench"], capsys)
