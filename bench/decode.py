@@ -8,7 +8,8 @@
 # Prints a markdown table; --json writes the rows. GPU machine only (torch with CUDA).
 #
 # Timer (--timer gpu, the default; compare.make_events_timer): before each timed call a 256 MB memset
-# flushes L2 (--flush read: a 256 MB read, which leaves no dirty lines for the call to write back) and a torch.cuda._sleep keeps the GPU busy for ~100 us more, then CUDA events bracket
+# flushes L2 (--flush read: a 256 MB read, which leaves no dirty lines for the call to write back)
+# and a torch.cuda._sleep keeps the GPU busy for ~100 us more, then CUDA events bracket
 # the call; median of 100 after 10 warm-up calls, and the clocks are raised by 0.5 s of matmuls
 # before the first shape. Since session 65 each implementation also runs back to back for 0.3 s at
 # each shape first (--warm-seconds, compare.warm_up): without it the implementation timed first at a
@@ -35,6 +36,7 @@ except ImportError:
     sys.path.insert(0, str(REPO_ROOT / "python"))
 
 import common  # noqa: E402
+from compare import FLUSH_MODES  # noqa: E402  (compare imports torch only inside its functions)
 
 
 def kv_bytes(batch, cache_len, heads_kv, head_dim, item_bytes):
@@ -93,7 +95,7 @@ def main(argv=None):
                    help="each implementation runs back to back this long at each shape before it is timed "
                         "(compare.warm_up), so a call is not timed at the clock the previous, heavier shape "
                         "left (default %(default)s; 0: the protocol of the records before session 65)")
-    p.add_argument("--flush", choices=["memset", "read"], default="memset",
+    p.add_argument("--flush", choices=FLUSH_MODES, default="memset",
                    help="how L2 is evicted before each timed call (compare.make_l2_flush): a 256 MB memset "
                         "(default, as triton's do_bench and the records so far) leaves ~50 MB of dirty lines that "
                         "the timed call writes back to HBM while it reads; a 256 MB read leaves clean lines")
