@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Session 67's H200 call (needs_h200, timeout_s 590), carry [.gpu-m63]: knobs.sh (~6 min), then what
+# time leaves of session 66's next2.sh: issue 6's decode table under both flushes (~2 min).
+# Exits 3 on another card.
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader); echo "$gpu"
+case "$gpu" in *H200*) ;; *) echo "not an H200"; exit 3 ;; esac
+t0=$(date +%s)
+bash docs/bench/s67-2026-12-07/knobs.sh
+left=$(( 560 - ($(date +%s) - t0) )); echo "left ${left}s"
+if [ $left -gt 150 ]; then DEC_T=$(( (left - 20) / 2 )) bash docs/bench/s66-2026-12-07/callF.sh | tail -20; fi
