@@ -132,11 +132,12 @@ int d256_causal_key_tile(int64_t seqlen_q, int64_t seqlen_k) {
 // Measured on an H100 (docs/perf-notes.md, session 54), clusters against single CTAs, two A/Bs of 3
 // rounds each: d128 1k -2.5%, 2k +4.2% / -1.4% and 4k +0.8% / +0.4% (level), 8k +1.2% / +2.8%,
 // 16k +2.1% / +1.8%; d256 1k -3.0%, 2k -0.8%, 4k +0.5%, 8k -0.7%, 16k +0.9% / +1.8%. Short tiles
-// lose: the pair moves in lockstep (a stage is free only when both CTAs have released it). So d128
-// from 4k keys (level there, a gain from 8k) and d256 from 16k.
+// lose: the pair moves in lockstep (a stage is free only when both CTAs have released it). On the
+// H200 (session 67, the same library with the cluster forced, ab.py) d256 gains at 4k and 8k too,
+// +2.8% / +4.2%, where the H100 read level: so both head dims from 4k keys.
 bool fwd_cluster(int64_t head_dim, int64_t query_blocks, int64_t seqlen_k) {
   if ((head_dim != 128 && head_dim != 256) || query_blocks <= 0 || query_blocks % 2 != 0) return false;
-  return forced_or(fwd_tuning().cluster, seqlen_k >= (head_dim == 128 ? 4096 : 16384));
+  return forced_or(fwd_tuning().cluster, seqlen_k >= 4096);
 }
 
 }  // namespace hopattn::heuristics

@@ -90,14 +90,17 @@ TEST(Heuristics, D256CausalKeyTileByPairRatioAndOverride) {
 TEST(Heuristics, FwdClusterForLongKeysAndEvenQueryBlocksAtD128AndD256) {
   FwdTuning& t = fwd_tuning();
   const FwdTuning saved = t;
-  t.cluster = -1;  // the rule: d128 from 4k keys, d256 from 16k (measured, session 54)
+  t.cluster = -1;  // the rule: both from 4k keys (d128 session 54, H100; d256 session 67, H200)
   EXPECT_TRUE(fwd_cluster(128, 32, 4096));
   EXPECT_TRUE(fwd_cluster(128, 2, 16384));
   EXPECT_FALSE(fwd_cluster(128, 8, 1024));    // -2.5% at 1k
   EXPECT_FALSE(fwd_cluster(128, 16, 2048));   // level
   EXPECT_FALSE(fwd_cluster(128, 8, 4095));
   EXPECT_TRUE(fwd_cluster(256, 128, 16384));
-  EXPECT_FALSE(fwd_cluster(256, 64, 8192));   // -0.7%: level
+  EXPECT_TRUE(fwd_cluster(256, 64, 8192));    // H200 +4.2% (H100 -0.7%: level)
+  EXPECT_TRUE(fwd_cluster(256, 32, 4096));    // H200 +2.8% (H100 +0.5%)
+  EXPECT_FALSE(fwd_cluster(256, 16, 2048));   // H100 -0.8%
+  EXPECT_FALSE(fwd_cluster(256, 32, 4095));
   EXPECT_FALSE(fwd_cluster(128, 33, 4097));   // an odd count leaves a CTA of the last pair without a tile
   EXPECT_FALSE(fwd_cluster(128, 0, 4096));
   EXPECT_FALSE(fwd_cluster(64, 32, 16384));   // d64's 192-row kernel has no clustered instantiation

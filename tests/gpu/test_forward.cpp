@@ -92,13 +92,14 @@ std::vector<FwdCase> make_cases() {
     for (const auto& sl : std::initializer_list<std::pair<int64_t, int64_t>>{{500, 500}, {640, 640}, {600, 300}, {1000, 100}})
       cases.push_back({t, 64, true, sl.first, sl.second, 8, 2, 3});
   // d128/d256 non-causal with an even count of 128-row query blocks and the keys that send them to
-  // CTA pairs sharing K/V loads (heuristics::fwd_cluster: d128 from 4k keys, d256 from 16k): keys
+  // CTA pairs sharing K/V loads (heuristics::fwd_cluster: from 4k keys): keys
   // that end inside a tile, several rounds of pairs per cluster, GQA. (HOPATTN_FWD_CLUSTER=1 runs
   // every even-count shape on them, the short ones too.)
   for (DType t : {DType::kBF16, DType::kFP16}) {
     cases.push_back({t, 128, false, 1000, 4500, 8, 2, 2});
     cases.push_back({t, 128, false, 2560, 4200, 16, 4, 3});  // 960 tiles: 7-8 rounds of 66 pairs
     cases.push_back({t, 256, false, 256, 16400, 8, 2, 1});
+    cases.push_back({t, 256, false, 1000, 4500, 8, 2, 2});
     cases.push_back({t, 256, false, 2048, 16384, 4, 1, 3});  // 192 tiles: 1-2 rounds
   }
   // 72000 (batch, head) pairs: more than grid.y/z could hold, so the grid must be flattened.
