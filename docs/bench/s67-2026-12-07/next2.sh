@@ -13,7 +13,7 @@ export PACK=.gpu-m67 PYTHONUNBUFFERED=1
 O=${OUT:-/tmp/out}; t0=$(date +%s)
 bash docs/bench/s67-2026-12-07/callC.sh
 mkdir -p /tmp/gt; OUT=/tmp/gt GT_SHARDS=4 GT_T=150 NO_BUNDLE=1 bash scripts/gpu-phases.sh gt 2>&1 | grep -v "^===" | head -12
-DEC_T=60 bash docs/bench/s66-2026-12-07/callF.sh | tail -20
+DEC_T=70 bash docs/bench/s66-2026-12-07/callF.sh | tail -20
 left=$(( 570 - ($(date +%s) - t0) )); echo "left ${left}s"
 if [ $left -gt 60 ]; then
   mkdir -p $O/fp8
