@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 67's H200 call (needs_h200, timeout_s 590), carry [.gpu-m63]: knobs.sh (~6 min), then what
+# Session 67's first H200 call (spent: the knobs ran as `KNOBS=fwd,bwd bash knobs.sh`; next2.sh is the next one).
 # time leaves of session 66's next2.sh: issue 6's decode table under both flushes (~2 min).
 # Exits 3 on another card.
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader); echo "$gpu"
