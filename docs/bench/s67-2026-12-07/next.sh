@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Session 67's first H200 call (spent: the knobs ran as `KNOBS=fwd,bwd bash knobs.sh`; next2.sh is the next one).
-# time leaves of session 66's next2.sh: issue 6's decode table under both flushes (~2 min).
+# Was: knobs.sh (~6 min), then what time left of session 66's next2.sh (decode under both flushes).
 # Exits 3 on another card.
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader); echo "$gpu"
 case "$gpu" in *H200*) ;; *) echo "not an H200"; exit 3 ;; esac
