@@ -11,7 +11,7 @@ case "$gpu" in
   *H200*) exec bash docs/bench/s67-2026-12-07/next2.sh ;;
 esac
 export PACK=.gpu-m67
-bash docs/bench/s67-2026-12-07/callP.sh
+bash docs/bench/s68-2026-12-07/callP.sh
 BATCHES=32,64 LENS=1024,8192 bash docs/bench/s66-2026-12-07/callS.sh
 left=$(( 560 - ($(date +%s) - t0) )); echo "left ${left}s"
 if [ $left -gt 120 ]; then
