@@ -5,10 +5,11 @@
 # elsewhere, the A/Bs that need no H200: s67's callP.sh (branch fp8-cluster: gtests and sanitizers
 # with the cluster forced, forward_fp8 A/B) and s66's callS.sh at batch 32 / 64 (forced decode
 # split counts where the heuristic never splits), then the whole gtest binary if time is left.
+# REST=1 runs that second half on an H200 too (a second call on the same machine).
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader); echo "$gpu"
 t0=$(date +%s)
 case "$gpu" in
-  *H200*) exec bash docs/bench/s67-2026-12-07/next2.sh ;;
+  *H200*) [ -n "$REST" ] || exec bash docs/bench/s67-2026-12-07/next2.sh ;;
 esac
 export PACK=.gpu-m67
 bash docs/bench/s68-2026-12-07/callP.sh
