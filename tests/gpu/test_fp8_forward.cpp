@@ -59,6 +59,10 @@ std::vector<Fp8Case> make_cases() {
   // (heuristics::fp8_key_tile); 128-row blocks keep the 128-key one.
   for (int mode : {0, 1, 2})
     for (bool causal : {false, true}) cases.push_back({DType::kBF16, 128, causal, 300, 8200, 2, 1, 1, mode});
+  // An even count of 128-row blocks: the shapes CTA pairs take (2 blocks, 128- and 224-key tiles at
+  // d128 by the descale mode; d256), so the clustered kernels are in reach of HOPATTN_FP8_CLUSTER=1.
+  for (int mode : {0, 1}) cases.push_back({DType::kBF16, 128, false, 256, 8200, 2, 1, 1, mode});
+  cases.push_back({DType::kFP16, 256, false, 256, 4500, 2, 2, 1, 0});
   return cases;
 }
 
