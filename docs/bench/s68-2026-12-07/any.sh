@@ -12,7 +12,7 @@ case "$gpu" in
   *H200*) [ -n "$REST" ] || exec bash docs/bench/s67-2026-12-07/next2.sh ;;
 esac
 export PACK=.gpu-m67
-bash docs/bench/s68-2026-12-07/callP.sh
+FP8CL=fp8cl2 E2E_POINTS=128:8192:0,128:16384:0 AB_T=240 E2E_T=120 bash docs/bench/s67-2026-12-07/callP.sh
 BATCHES=32,64 LENS=1024,8192 bash docs/bench/s66-2026-12-07/callS.sh
 left=$(( 560 - ($(date +%s) - t0) )); echo "left ${left}s"
 if [ $left -gt 120 ]; then
