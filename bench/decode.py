@@ -44,16 +44,20 @@ def kv_bytes(batch, cache_len, heads_kv, head_dim, item_bytes):
     return 2 * batch * cache_len * heads_kv * head_dim * item_bytes
 
 
-def random_pages(torch, batch, pages_per_seq, gen):
-    """A random page table: (perm, table), perm the pool slot of each sequence's pages in order and
-    table = perm as (batch, pages_per_seq) int32 (what attention_with_kvcache takes)."""
-    perm = torch.randperm(batch * pages_per_seq, device="cuda", generator=gen)
+def make_page_table(torch, batch, pages_per_seq, gen, order="random"):
+    """A page table: (perm, table), perm the pool slot of each sequence's pages in order and table =
+    perm as (batch, pages_per_seq) int32 (what attention_with_kvcache takes). order "random" scatters
+    the pages (as a serving engine's allocator ends up doing); "identity" stores them in order, so
+    the pool is the contiguous cache's bytes and a paged call differs from a contiguous one only by
+    its page-table reads, not by how far apart in memory consecutive pages sit."""
+    n = batch * pages_per_seq
+    perm = torch.randperm(n, device="cuda", generator=gen) if order == "random" else torch.arange(n, device="cuda")
     return perm, perm.view(batch, pages_per_seq).to(torch.int32)
 
 
 def to_pages(x, perm, page):
     """A contiguous cache x (batch, len, heads, dim) as a page pool: its pages of `page` tokens, in
-    order, stored at the pool slots `perm` (random_pages)."""
+    order, stored at the pool slots `perm` (make_page_table)."""
     pool = x.new_empty(len(perm), page, *x.shape[2:])
     pool[perm] = x.reshape(-1, page, *x.shape[2:])
     return pool
@@ -88,6 +92,9 @@ def main(argv=None):
     p.add_argument("--hdim", type=int, default=128)
     p.add_argument("--dtype", choices=["bf16", "fp16"], default="bf16")
     p.add_argument("--page-size", type=int, default=64)
+    p.add_argument("--page-order", choices=["random", "identity"], default="random",
+                   help="the paged cache's page table: random slots (default) or in order (the contiguous "
+                        "cache's layout; separates address translation from the page-table reads)")
     p.add_argument("--num-splits", type=int, default=0, help="hopattn's num_splits (0: its heuristic)")
     p.add_argument("--no-peers", action="store_true", help="time hopattn only")
     p.add_argument("--timer", choices=["gpu", "do_bench"], default="gpu", help="see the header")
@@ -166,8 +173,8 @@ def main(argv=None):
                     row[f"{name}_ms"] = None
                     print(f"{name} at batch {batch}, cache {cache_len}: {type(exc).__name__}: {str(exc)[:160]}",
                           file=sys.stderr)
-            # Paged: the same keys in 64-token pages scattered by a random page table.
-            perm, page_table = random_pages(torch, batch, cache_len // page, gen)
+            # Paged: the same keys in 64-token pages, scattered by a random page table (--page-order).
+            perm, page_table = make_page_table(torch, batch, cache_len // page, gen, args.page_order)
             k_paged = to_pages(k_cache, perm, page)
             k_cache = kt = None  # free the contiguous copy before the second paged one exists
             v_paged = to_pages(v_cache, perm, page)
@@ -202,7 +209,7 @@ def main(argv=None):
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps({"timer": timer_name, "device": torch.cuda.get_device_name(),
                                                "dtype": args.dtype, "heads": hq, "heads_kv": hk, "hdim": d,
-                                               "page_size": page, "rows": rows}, indent=1))
+                                               "page_size": page, "page_order": args.page_order, "rows": rows}, indent=1))
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ def main(argv=None):
     import torch  # after parsing: --help and a bad argument need no GPU machine
 
     import hopattn
-    from decode import random_pages, to_pages  # bench/decode.py, beside this script: the same paged caches
+    from decode import make_page_table, to_pages  # bench/decode.py, beside this script: the same paged caches
     if a.pre_alloc_gb > 0:
         big = torch.empty(int(a.pre_alloc_gb * 2**30), dtype=torch.uint8, device="cuda")
         del big
@@ -36,7 +36,7 @@ def main(argv=None):
     k = torch.randn(b, n, hk, d, device="cuda", dtype=dt, generator=gen)
     v = torch.randn(b, n, hk, d, device="cuda", dtype=dt, generator=gen)
     seqlens = torch.full((b,), n, dtype=torch.int32, device="cuda")
-    perm, table = random_pages(torch, b, n // page, gen)
+    perm, table = make_page_table(torch, b, n // page, gen)
     kp, vp = to_pages(k, perm, page), to_pages(v, perm, page)
 
     def contiguous():

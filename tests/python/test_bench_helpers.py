@@ -239,6 +239,7 @@ def test_decode_parses_without_torch(capsys):
     # --warm-seconds warms each implementation at each shape (compare.warm_up); torch is imported only
     # after parsing, so --help and a refused value work without it.
     _check_parses_without_torch("decode.py", "--warm-seconds", ["--warm-seconds", "long"], capsys)
+    _check_parses_without_torch("decode.py", "--page-order", ["--page-order", "sorted"], capsys)
     _check_parses_without_torch("decode_ncu.py", "--pre-alloc-gb", ["--batch", "all"], capsys)
     _check_parses_without_torch("decode_ncu.py", "--pre-alloc-gb", ["--cache-len", "1000"], capsys)  # not whole pages
 
