@@ -10,7 +10,7 @@
 # SRC_ROOT a worktree of branch fp8-cluster at 7b82943).
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader); echo "$gpu"
 t0=$(date +%s); export PACK=.gpu-m67 PYTHONUNBUFFERED=1; O=${OUT:-/tmp/out}
-left() { echo $(( 570 - ($(date +%s) - t0) )); }
+left() { echo $(( ${BUDGET:-570} - ($(date +%s) - t0) )); }  # BUDGET: the seconds the call has
 FP8CL=fp8cl2 E2E_POINTS=128:8192:0,128:16384:0 AB_T=160 E2E_T=90 bash docs/bench/s67-2026-12-07/callP.sh
 echo "left $(left)s"
 l=$(left); [ $l -gt 110 ] && mkdir -p /tmp/gt2 && OUT=/tmp/gt2 GT_SHARDS=4 GT_T=$(( l > 160 ? 150 : l - 10 )) NO_BUNDLE=1 bash scripts/gpu-phases.sh gt 2>&1 | grep -v "^===" | head -12
