@@ -173,7 +173,7 @@ def main(argv=None):
                     row[f"{name}_ms"] = None
                     print(f"{name} at batch {batch}, cache {cache_len}: {type(exc).__name__}: {str(exc)[:160]}",
                           file=sys.stderr)
-            # Paged: the same keys in 64-token pages, scattered by a random page table (--page-order).
+            # Paged: the same keys in 64-token pages, placed by the page table --page-order asks for.
             perm, page_table = make_page_table(torch, batch, cache_len // page, gen, args.page_order)
             k_paged = to_pages(k_cache, perm, page)
             k_cache = kt = None  # free the contiguous copy before the second paged one exists
