@@ -4,7 +4,7 @@
 # fp8-cluster's check and A/B (s67 callP.sh on .gpu-exp/ab/libhopattn-fp8cl2.so) in what is left.
 # carry [.gpu-m67, .gpu-exp], any card; BUDGET = the seconds the command may take (timeout_s - 30).
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader); echo "$gpu"
-t0=$(date +%s); export PACK=.gpu-m67 PYTHONUNBUFFERED=1; O=${OUT:-/tmp/out}; mkdir -p $O
+t0=$(date +%s); export PACK=.gpu-m67 PYTHONUNBUFFERED=1
 left() { echo $(( ${BUDGET:-560} - ($(date +%s) - t0) )); }
 mkdir -p /tmp/gt2 && OUT=/tmp/gt2 GT_SHARDS=4 GT_T=${MAIN_GT_T:-150} NO_BUNDLE=1 bash scripts/gpu-phases.sh gt 2>&1 | grep -v "^===" | head -12
 l=$(left); echo "left ${l}s"
