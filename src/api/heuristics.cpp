@@ -140,4 +140,10 @@ bool fwd_cluster(int64_t head_dim, int64_t query_blocks, int64_t seqlen_k) {
   return forced_or(fwd_tuning().cluster, seqlen_k >= 4096);
 }
 
+bool fp8_cluster(int64_t head_dim, int64_t query_blocks, int64_t seqlen_k) {
+  static const int forced = env_override("HOPATTN_FP8_CLUSTER");
+  if ((head_dim != 128 && head_dim != 256) || query_blocks <= 0 || query_blocks % 2 != 0) return false;
+  return forced_or(forced, false) && seqlen_k > 0;
+}
+
 }  // namespace hopattn::heuristics

@@ -38,6 +38,10 @@ cudaError_t run_fwd_fp8(const Fp8AttnProblem& prob, cudaStream_t stream) {
   }
   if (prob.key_tile != 0) return cudaErrorInvalidValue;
   if (pr.causal) return ws::launch_ws_config<ws::Fp8FwdConfig<kOutDType, kHeadDim, true>>(prob, pr, stream);
+  if constexpr (kHeadDim >= 128) {  // CTA pairs sharing K / V^T loads, as the 16-bit kernel's (heuristics)
+    if (heuristics::fp8_cluster(kHeadDim, (pr.seqlen_q + 127) / 128, pr.seqlen_k))
+      return ws::launch_ws_config<ws::Fp8FwdConfig<kOutDType, kHeadDim, false, kStageE | ws::kBitCluster>>(prob, pr, stream);
+  }
   return ws::launch_ws_config<ws::Fp8FwdConfig<kOutDType, kHeadDim, false>>(prob, pr, stream);
 }
 

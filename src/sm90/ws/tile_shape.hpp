@@ -251,7 +251,11 @@ struct Fp8FwdConfig : WsSchedule<kFlags> {
   // O is 16-bit and Q 8-bit: O never fits Q's buffer, so it always has its own.
   static constexpr bool kSeparateO = true;
   static constexpr bool kOInV = false;
-  static constexpr int kClusterM = 1;  // FwdWsConfig's; not built for FP8
+  // kBitCluster (FwdWsConfig's): CTA pairs share each K and V^T load by multicast. Fixed-length,
+  // unmasked, e4m3 V, persistent.
+  static constexpr int kClusterM =
+      (kFlags & kBitCluster) != 0 && !kCausal && !kVarlen_ && !kPv16_ && WsSchedule<kFlags>::kPersistent ? 2 : 1;
+  static_assert((kFlags & kBitCluster) == 0 || kClusterM == 2, "kBitCluster: fixed-length, unmasked, e4m3 V, persistent");
   static constexpr bool kOOutsideQ = true;
   static constexpr bool kEarlyQ = (kFlags & kBitEarlyQ) != 0;
   // FwdWsConfig::kHoldP's overlap measured 3-18% slower here (d64 the most): off.
