@@ -32,6 +32,8 @@ cudaError_t run_fwd_fp8(const Fp8AttnProblem& prob, cudaStream_t stream) {
   if constexpr (kHeadDim == 128) {
     if (prob.key_tile == fp8::kWideKeyBlock) {  // K descales per 224 rows or per head
       constexpr int kN = fp8::kWideKeyBlock;
+      if (!pr.causal && heuristics::fp8_cluster(kHeadDim, (pr.seqlen_q + 127) / 128, pr.seqlen_k))
+        return ws::launch_ws_config<Fp8FwdConfig<kOutDType, kHeadDim, false, kStageE | ws::kBitCluster, kN>>(prob, pr, stream);
       return pr.causal ? ws::launch_ws_config<Fp8FwdConfig<kOutDType, kHeadDim, true, kStageE, kN>>(prob, pr, stream)
                        : ws::launch_ws_config<Fp8FwdConfig<kOutDType, kHeadDim, false, kStageE, kN>>(prob, pr, stream);
     }
