@@ -1,3 +1,4 @@
+#include "api/fp8_heuristics.hpp"
 #include "api/heuristics.hpp"
 
 #include "api/tuning_override.hpp"
@@ -140,10 +141,19 @@ bool fwd_cluster(int64_t head_dim, int64_t query_blocks, int64_t seqlen_k) {
   return forced_or(fwd_tuning().cluster, seqlen_k >= 4096);
 }
 
+// Measured on an H100 (docs/perf-notes.md, session 70; forward_fp8, clusters against single CTAs,
+// 3 rounds, a second single-CTA arm for the spread): d256 4k +1.7%, 16k +1.9% (spread 0.5% / 1.0%);
+// d128 4k +0.9% (spread 0.4%, one round of three below), and d128's 224-key tile through
+// attention_fp8 8k -0.9%, 16k +1.0%: level. So d256 from 4k keys, as the 16-bit rule; d128 only
+// when forced, until the H200 says otherwise.
+Fp8Tuning& fp8_tuning() {
+  static Fp8Tuning t{env_override("HOPATTN_FP8_CLUSTER")};
+  return t;
+}
+
 bool fp8_cluster(int64_t head_dim, int64_t query_blocks, int64_t seqlen_k) {
-  static const int forced = env_override("HOPATTN_FP8_CLUSTER");
   if ((head_dim != 128 && head_dim != 256) || query_blocks <= 0 || query_blocks % 2 != 0) return false;
-  return forced_or(forced, false) && seqlen_k > 0;
+  return forced_or(fp8_tuning().cluster, head_dim == 256 && seqlen_k >= 4096) && seqlen_k > 0;
 }
 
 }  // namespace hopattn::heuristics

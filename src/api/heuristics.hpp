@@ -62,8 +62,5 @@ int d256_causal_key_tile(int64_t seqlen_q, int64_t seqlen_k);
 // head (only an even count pairs up) and its keys. HOPATTN_FWD_CLUSTER=0/1 forces it off or on (on
 // still needs the even count).
 bool fwd_cluster(int64_t head_dim, int64_t query_blocks, int64_t seqlen_k);
-// The FP8 kernel's (fixed-length, non-causal, e4m3 V, 128-key tiles) CTA pairs: the same shape
-// conditions; off unless HOPATTN_FP8_CLUSTER=1 (branch fp8-cluster: not yet measured).
-bool fp8_cluster(int64_t head_dim, int64_t query_blocks, int64_t seqlen_k);
 
 }  // namespace hopattn::heuristics

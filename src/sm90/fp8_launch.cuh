@@ -5,6 +5,7 @@
 // First: it enables CuTe's extended WGMMA N shapes, which must precede any CuTe include.
 #include "sm90/ws/tile_shape.hpp"
 
+#include "api/fp8_heuristics.hpp"
 #include "sm90/fp8/layout.hpp"
 #include "sm90/fp8_launch.hpp"
 #include "sm90/ws/fwd_ws_launch.cuh"

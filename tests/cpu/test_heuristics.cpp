@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "api/bwd_heuristics.hpp"
+#include "api/fp8_heuristics.hpp"
 #include "api/heuristics.hpp"
 #include "api/varlen_heuristics.hpp"
 #include "sm90/bwd/launch_order.hpp"
@@ -84,6 +85,31 @@ TEST(Heuristics, D256CausalKeyTileByPairRatioAndOverride) {
   EXPECT_EQ(d256_causal_key_tile(512, 512), 80);
   t.d256_key_tile = 100;  // not a tile: ignored
   EXPECT_EQ(d256_causal_key_tile(512, 512), 64);
+  t = saved;
+}
+
+TEST(Heuristics, Fp8ClusterForLongKeysAtD256AndForcedAtD128) {
+  Fp8Tuning& t = fp8_tuning();
+  const Fp8Tuning saved = t;
+  t.cluster = -1;  // the rule: d256 from 4k keys (session 70, H100: +1.7% at 4k, +1.9% at 16k)
+  EXPECT_TRUE(fp8_cluster(256, 32, 4096));
+  EXPECT_TRUE(fp8_cluster(256, 128, 16384));
+  EXPECT_FALSE(fp8_cluster(256, 32, 4095));
+  EXPECT_FALSE(fp8_cluster(256, 16, 2048));
+  EXPECT_FALSE(fp8_cluster(256, 33, 4224));   // an odd count leaves a CTA of the last pair without a tile
+  EXPECT_FALSE(fp8_cluster(256, 0, 4096));
+  EXPECT_FALSE(fp8_cluster(128, 32, 4096));   // +0.9%, inside the spread: not on by default
+  EXPECT_FALSE(fp8_cluster(128, 128, 16384));
+  EXPECT_FALSE(fp8_cluster(64, 32, 16384));   // no clustered d64 instantiation
+  t.cluster = 1;  // forced on: the shape conditions still apply
+  EXPECT_TRUE(fp8_cluster(128, 8, 1024));
+  EXPECT_TRUE(fp8_cluster(256, 2, 100));
+  EXPECT_FALSE(fp8_cluster(256, 2, 0));
+  EXPECT_FALSE(fp8_cluster(128, 31, 4096));
+  EXPECT_FALSE(fp8_cluster(64, 32, 4096));
+  t.cluster = 0;
+  EXPECT_FALSE(fp8_cluster(256, 32, 4096));
+  EXPECT_FALSE(fp8_cluster(256, 128, 16384));
   t = saved;
 }
 
