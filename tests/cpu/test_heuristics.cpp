@@ -88,6 +88,20 @@ TEST(Heuristics, D256CausalKeyTileByPairRatioAndOverride) {
   t = saved;
 }
 
+// Both CTA-pair rules (16-bit and FP8) under their knob: forced on, only the shape conditions apply
+// (d128 / d256, an even count of 128-row query blocks); forced off, nothing pairs.
+template <typename Rule>
+void expect_forced_pairs(Rule rule, int& knob) {
+  knob = 1;
+  EXPECT_TRUE(rule(128, 8, 1024));
+  EXPECT_TRUE(rule(256, 2, 100));
+  EXPECT_FALSE(rule(128, 31, 4096));
+  EXPECT_FALSE(rule(64, 32, 4096));
+  knob = 0;
+  EXPECT_FALSE(rule(128, 32, 4096));
+  EXPECT_FALSE(rule(256, 128, 16384));
+}
+
 TEST(Heuristics, Fp8ClusterForLongKeysAtD256AndForcedAtD128) {
   Fp8Tuning& t = fp8_tuning();
   const Fp8Tuning saved = t;
@@ -101,15 +115,9 @@ TEST(Heuristics, Fp8ClusterForLongKeysAtD256AndForcedAtD128) {
   EXPECT_FALSE(fp8_cluster(128, 32, 4096));   // +0.9%, inside the spread: not on by default
   EXPECT_FALSE(fp8_cluster(128, 128, 16384));
   EXPECT_FALSE(fp8_cluster(64, 32, 16384));   // no clustered d64 instantiation
-  t.cluster = 1;  // forced on: the shape conditions still apply
-  EXPECT_TRUE(fp8_cluster(128, 8, 1024));
-  EXPECT_TRUE(fp8_cluster(256, 2, 100));
-  EXPECT_FALSE(fp8_cluster(256, 2, 0));
-  EXPECT_FALSE(fp8_cluster(128, 31, 4096));
-  EXPECT_FALSE(fp8_cluster(64, 32, 4096));
-  t.cluster = 0;
-  EXPECT_FALSE(fp8_cluster(256, 32, 4096));
-  EXPECT_FALSE(fp8_cluster(256, 128, 16384));
+  expect_forced_pairs(fp8_cluster, t.cluster);
+  t.cluster = 1;
+  EXPECT_FALSE(fp8_cluster(256, 2, 0));  // no keys: the unclustered kernel's empty-row path
   t = saved;
 }
 
@@ -130,14 +138,7 @@ TEST(Heuristics, FwdClusterForLongKeysAndEvenQueryBlocksAtD128AndD256) {
   EXPECT_FALSE(fwd_cluster(128, 33, 4097));   // an odd count leaves a CTA of the last pair without a tile
   EXPECT_FALSE(fwd_cluster(128, 0, 4096));
   EXPECT_FALSE(fwd_cluster(64, 32, 16384));   // d64's 192-row kernel has no clustered instantiation
-  t.cluster = 1;  // forced on: the shape conditions still apply
-  EXPECT_TRUE(fwd_cluster(128, 8, 1024));
-  EXPECT_TRUE(fwd_cluster(256, 2, 100));
-  EXPECT_FALSE(fwd_cluster(128, 31, 4096));
-  EXPECT_FALSE(fwd_cluster(64, 32, 4096));
-  t.cluster = 0;
-  EXPECT_FALSE(fwd_cluster(128, 32, 4096));
-  EXPECT_FALSE(fwd_cluster(256, 128, 16384));
+  expect_forced_pairs(fwd_cluster, t.cluster);
   t = saved;
 }
 
