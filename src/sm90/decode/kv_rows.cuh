@@ -19,13 +19,9 @@ __device__ __forceinline__ uint32_t swizzle(int r, int c) {
   return static_cast<uint32_t>((r * kRowChunks + (c ^ (r & 7))) * 16);
 }
 
-// The page that holds key `key` (0 <= key < p.capacity) of sequence b in a paged cache:
-// page_table[b][key / page_size], clamped to [0, num_pages). 0 for a contiguous cache (unused).
-// Split from the address rule so a warp can load the next chunk's page a step early and not wait
-// on the page table right before its copies (load_kv_chunk's caller pipelines it).
-// key / page_size and key % page_size: a shift and a mask when the page size is a power of two (every
-// size the serving stacks use), since a 32-bit integer division by a run-time value is a
-// ~20-instruction ALU sequence, paid per row resolved; the branch is uniform across the grid.
+// key / page_size and key % page_size: a shift and a mask when the page size is a power of two
+// (16, 64 and 256, the sizes issue 6 names), since a 32-bit integer division by a run-time value
+// is a ~20-instruction ALU sequence, paid per row resolved. The branch is uniform across the grid.
 __device__ __forceinline__ int page_index(int64_t page_size, int key) {
   const int ps = static_cast<int>(page_size);
   if ((ps & (ps - 1)) == 0) return key >> (__ffs(ps) - 1);
@@ -37,6 +33,10 @@ __device__ __forceinline__ int page_row(int64_t page_size, int key) {
   return key % ps;
 }
 
+// The page that holds key `key` (0 <= key < p.capacity) of sequence b in a paged cache:
+// page_table[b][key / page_size], clamped to [0, num_pages). 0 for a contiguous cache (unused).
+// Split from the address rule so a warp can load the next chunk's page a step early and not wait
+// on the page table right before its copies (load_kv_chunk's caller pipelines it).
 __device__ __forceinline__ int cache_page(const KvCacheProblem& p, int b, int key) {
   if (p.page_table == nullptr) return 0;
   const int page = __ldg(p.page_table + b * p.page_table_stride + page_index(p.page_size, key));
